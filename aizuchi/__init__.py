@@ -1,0 +1,1 @@
+"""The ``aizuchi`` command: the composition root that wires the arbiter, the personas and the benchmarks."""

@@ -1,0 +1,3 @@
+from aizuchi.cli import main
+
+raise SystemExit(main())

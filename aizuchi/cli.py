@@ -1,0 +1,118 @@
+"""``aizuchi <command>``: run the arbiter, the fleet, the checks and the benchmarks."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine, Sequence
+
+__all__ = ("main",)
+
+_log = logging.getLogger("aizuchi")
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s", stream=sys.stderr)
+    for noisy in ("aiohttp.access", "sqlalchemy.engine", "alembic.runtime.migration"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _run(coro_factory: Callable[[], Coroutine[Any, Any, int | None]]) -> int:
+    """Run until done, Ctrl-C or SIGTERM; both signals cancel the main task so every resource closes cleanly."""
+
+    async def guarded() -> int | None:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, task.cancel)
+        try:
+            return await coro_factory()
+        except asyncio.CancelledError:
+            _log.info("stopped")
+            return 0
+
+    loop_factory = None
+    try:
+        import uvloop
+
+        loop_factory = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - uvloop is not built for every platform
+        pass
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(guarded()) or 0
+
+
+def _arbiter(args: argparse.Namespace) -> int:
+    from arbiter.server import open_arbiter, serve_app
+    from arbiter.settings import ArbiterSettings
+
+    overrides = {key: value for key, value in (("host", args.host), ("port", args.port)) if value is not None}
+    settings = ArbiterSettings(**overrides)
+    _configure_logging(settings.log_level)
+
+    async def main() -> None:
+        async with open_arbiter(settings) as arbiter:
+            if not settings.persona_tokens:
+                _log.warning("no persona tokens configured (ARBITER_PERSONA_TOKENS): no persona can speak yet")
+            if settings.admin_token is None:
+                _log.warning("no admin token configured (ARBITER_ADMIN_TOKEN): the admin endpoints are off")
+            await serve_app(
+                arbiter.app, settings.host, settings.port, ready=lambda url: print(f"arbiter listening on {url}")
+            )
+
+    return _run(main)
+
+
+def _bench_arbiter(args: argparse.Namespace) -> int:
+    from bench.arbiter_load import run_benchmark
+
+    _configure_logging("WARNING")
+    return _run(lambda: run_benchmark(args))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="aizuchi", description="A fleet of AI personas that take turns.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="<command>")
+
+    arbiter = commands.add_parser("arbiter", help="serve the arbiter's HTTP API")
+    arbiter.add_argument("--host", help="listen address (default: ARBITER_HOST or 127.0.0.1)")
+    arbiter.add_argument("--port", type=int, help="listen port (default: ARBITER_PORT or 8340)")
+    arbiter.set_defaults(func=_arbiter)
+
+    run = commands.add_parser("run", help="run the whole fleet (for now: the arbiter)")
+    run.add_argument("--host", help=argparse.SUPPRESS)
+    run.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    run.set_defaults(func=_arbiter)
+
+    bench = commands.add_parser("bench", help="run a benchmark and print its numbers")
+    benches = bench.add_subparsers(dest="bench", required=True, metavar="<benchmark>")
+    load = benches.add_parser("arbiter", help="drive the HTTP API with concurrent clients")
+    load.add_argument("--clients", type=int, nargs="+", default=[16], help="concurrent clients (default 16)")
+    load.add_argument("--channels", type=int, default=64, help="channels to spread them over (default 64)")
+    load.add_argument("--seconds", type=float, default=10.0, help="measured duration per run (default 10)")
+    load.add_argument("--database", choices=["sqlite", "postgres", "both"], default="both")
+    load.add_argument(
+        "--postgres-url",
+        default="postgresql+asyncpg://postgres@127.0.0.1:5432/postgres",
+        help="server to create a scratch database on",
+    )
+    load.set_defaults(func=_bench_arbiter)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ValidationError as error:
+        print(f"aizuchi: invalid settings:\n{error}", file=sys.stderr)
+        return 2

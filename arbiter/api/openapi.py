@@ -1,0 +1,142 @@
+"""The OpenAPI 3.1 document, generated from the endpoint table and the wire models."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from pydantic.json_schema import models_json_schema
+
+from arbiter.api.routes import ENDPOINTS, Access, Endpoint
+from arbiter.contract import EVENT_MODELS, ErrorBody
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+__all__ = ("openapi_document",)
+
+_REF = "#/components/schemas/{model}"
+_PATH_PARAM = re.compile(r"{(\w+)}")
+_PARAM_SCHEMAS: dict[str, dict[str, Any]] = {
+    "channel_id": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"},
+    "persona_id": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"},
+    "claim_id": {"type": "string"},
+    "seq": {"type": "integer", "minimum": 1},
+}
+_ERRORS = {
+    400: "Malformed JSON",
+    401: "Missing or unknown token",
+    403: "Not allowed for this token",
+    404: "Unknown channel, claim, message or persona",
+    409: "The claim or message is in the wrong state",
+    422: "A field is invalid; the error names it",
+    503: "The database is unavailable; nothing changed",
+}
+
+
+def _ref(model: type[BaseModel]) -> dict[str, str]:
+    return {"$ref": _REF.format(model=model.__name__)}
+
+
+def _operation(endpoint: Endpoint) -> dict[str, Any]:
+    parameters: list[dict[str, Any]] = [
+        {"name": name, "in": "path", "required": True, "schema": _PARAM_SCHEMAS.get(name, {"type": "string"})}
+        for name in _PATH_PARAM.findall(endpoint.path)
+    ]
+    if endpoint.query is not None:
+        schema = endpoint.query.model_json_schema()
+        for name, prop in schema["properties"].items():
+            parameters.append({"name": name, "in": "query", "required": False, "schema": prop})
+    responses: dict[str, Any] = {}
+    if endpoint.response is not None:
+        responses[str(endpoint.status)] = {
+            "description": endpoint.response.__doc__ or endpoint.summary,
+            "content": {"application/json": {"schema": _ref(endpoint.response)}},
+        }
+    else:
+        responses[str(endpoint.status)] = {"description": "Done"}
+    codes = [422, 503]
+    if endpoint.body is not None:
+        codes.insert(0, 400)
+    if endpoint.access is not Access.PUBLIC:
+        codes[0:0] = [401, 403]
+    if "{" in endpoint.path:
+        codes.append(404)
+    if "claims/" in endpoint.path or "messages/" in endpoint.path:
+        codes.append(409)
+    for code in sorted(codes):
+        responses[str(code)] = {
+            "description": _ERRORS[code],
+            "content": {"application/json": {"schema": _ref(ErrorBody)}},
+        }
+    operation: dict[str, Any] = {
+        "summary": endpoint.summary,
+        "operationId": endpoint.handler.__name__.lstrip("_"),
+        "tags": [endpoint.tag],
+        "parameters": parameters,
+        "responses": responses,
+        "x-access": endpoint.access.value,
+    }
+    if endpoint.body is not None:
+        operation["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": _ref(endpoint.body)}},
+        }
+    if endpoint.access is not Access.PUBLIC:
+        operation["security"] = [{"bearer": []}]
+    return operation
+
+
+def openapi_document(version: str) -> dict[str, Any]:
+    models: set[type[BaseModel]] = {ErrorBody, *EVENT_MODELS}
+    for endpoint in ENDPOINTS:
+        models.update(m for m in (endpoint.body, endpoint.query, endpoint.response) if m is not None)
+    ordered = sorted(models, key=lambda model: model.__name__)
+    _, schemas = models_json_schema(
+        [(model, "validation" if model in _inputs() else "serialization") for model in ordered], ref_template=_REF
+    )
+    paths: dict[str, dict[str, Any]] = {}
+    for endpoint in ENDPOINTS:
+        paths.setdefault(endpoint.path, {})[endpoint.method.lower()] = _operation(endpoint)
+    paths["/v1/channels/{channel_id}/events"] = {"get": _events_operation()}
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "aizuchi arbiter",
+            "version": version,
+            "description": "Turn-taking for a fleet of AI personas: each channel's resource pool, history and rules.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": schemas.get("$defs", {}),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+def _inputs() -> set[type[BaseModel]]:
+    return {m for e in ENDPOINTS for m in (e.body, e.query) if m is not None}
+
+
+def _events_operation() -> dict[str, Any]:
+    return {
+        "summary": "The channel's live events (WebSocket)",
+        "operationId": "events",
+        "tags": ["turns"],
+        "description": "Upgrade to a WebSocket. Each text frame is one JSON event: "
+        + ", ".join(model.__name__ for model in EVENT_MODELS)
+        + ". With ?after=<seq> the messages after that seq are replayed first, then the stream goes live.",
+        "parameters": [
+            {"name": "channel_id", "in": "path", "required": True, "schema": _PARAM_SCHEMAS["channel_id"]},
+            {"name": "after", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0}},
+        ],
+        "responses": {
+            "101": {
+                "description": "Switching to the event stream",
+                "content": {"application/json": {"schema": {"oneOf": [_ref(model) for model in EVENT_MODELS]}}},
+            },
+            "401": {"description": _ERRORS[401], "content": {"application/json": {"schema": _ref(ErrorBody)}}},
+            "404": {"description": _ERRORS[404], "content": {"application/json": {"schema": _ref(ErrorBody)}}},
+        },
+        "security": [{"bearer": []}],
+    }

@@ -1,0 +1,286 @@
+"""The endpoint table: one row per endpoint, with the wire models it reads and writes.
+
+The router and the OpenAPI document are both built from this table. Handlers are thin: the wrapper has
+already authenticated the caller and parsed the body, query and path into models.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from arbiter import contract as wire
+from arbiter.api.auth import TokenAuth
+from arbiter.api.errors import validation_error
+from arbiter.core.errors import InvalidRequest
+from arbiter.core.limits import ID_PATTERN
+from arbiter.service import ArbiterService
+
+__all__ = ("AUTH", "ENDPOINTS", "SERVICE", "Access", "Call", "Endpoint", "HistoryQuery", "add_routes")
+
+SERVICE = web.AppKey("service", ArbiterService)
+AUTH = web.AppKey("auth", TokenAuth)
+
+MAX_BODY = 64 * 1024
+
+
+class Access(enum.Enum):
+    PUBLIC = "public"
+    PERSONA = "persona"
+    ADMIN = "admin"
+    ANY = "persona or admin"
+
+
+class HistoryQuery(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    after: int = Field(0, ge=0, description="return messages with seq greater than this")
+    limit: int = Field(50, ge=1, le=200)
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    request: web.Request
+    service: ArbiterService
+    persona: str | None
+    body: Any
+    query: Any
+
+    def path(self, name: str) -> str:
+        return self.request.match_info[name]
+
+    @property
+    def channel_id(self) -> str:
+        return self.path("channel_id")
+
+    @property
+    def seq(self) -> int:
+        return int(self.path("seq"))
+
+
+Handler = Callable[[Call], Awaitable[BaseModel | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    method: str
+    path: str
+    summary: str
+    access: Access
+    handler: Handler
+    body: type[BaseModel] | None = None
+    query: type[BaseModel] | None = None
+    response: type[BaseModel] | None = None
+    status: int = 200
+    tag: str = "turns"
+
+
+_PATH_PARAMS = {
+    "channel_id": re.compile(ID_PATTERN),
+    "persona_id": re.compile(ID_PATTERN),
+    "claim_id": re.compile(r"^[A-Za-z0-9_-]{1,40}$"),
+    "seq": re.compile(r"^[1-9][0-9]{0,17}$"),
+}
+
+
+def _check_path(request: web.Request) -> None:
+    for name, value in request.match_info.items():
+        pattern = _PATH_PARAMS.get(name)
+        if pattern is not None and not pattern.match(value):
+            kind = "a positive whole number" if name == "seq" else "1-64 letters, digits, '_', '.' or '-'"
+            raise InvalidRequest(f"{name} {value!r} is not valid: expected {kind}", field=name, code="invalid_field")
+
+
+async def _parse_body(request: web.Request, model: type[BaseModel]) -> BaseModel:
+    raw = await request.read()
+    if not raw.strip():
+        raw = b"{}"
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as error:
+        raise validation_error(error) from None
+
+
+def _parse_query(request: web.Request, model: type[BaseModel]) -> BaseModel:
+    try:
+        return model.model_validate(dict(request.query))
+    except ValidationError as error:
+        raise validation_error(error) from None
+
+
+def _wrap(endpoint: Endpoint) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        auth = request.app[AUTH]
+        persona: str | None = None
+        if endpoint.access is Access.ADMIN:
+            auth.admin(request)
+        elif endpoint.access is not Access.PUBLIC:
+            principal = auth.principal(request)
+            persona = principal.persona_id if endpoint.access is Access.ANY else auth.persona(principal)
+        _check_path(request)
+        body = await _parse_body(request, endpoint.body) if endpoint.body is not None else None
+        if endpoint.access is Access.PERSONA:
+            claimed = getattr(body, "persona", None) or request.match_info.get("persona_id")
+            persona = auth.persona(principal, claimed)
+        query = _parse_query(request, endpoint.query) if endpoint.query is not None else None
+        result = await endpoint.handler(Call(request, request.app[SERVICE], persona, body, query))
+        if result is None:
+            return web.Response(status=204)
+        return web.Response(text=result.model_dump_json(), status=endpoint.status, content_type="application/json")
+
+    return handle
+
+
+# --- handlers -------------------------------------------------------------------------------------------
+
+
+async def _consume(call: Call) -> BaseModel:
+    body: wire.ConsumeRequest = call.body
+    assert call.persona is not None
+    return await call.service.consume(
+        call.channel_id, call.persona, body.text, tier=body.tier, amount=body.amount, based_on_seq=body.based_on_seq
+    )
+
+
+async def _claim(call: Call) -> BaseModel:
+    body: wire.ClaimRequest = call.body
+    assert call.persona is not None
+    return await call.service.claim(call.channel_id, call.persona, body.tier, based_on_seq=body.based_on_seq)
+
+
+async def _speak(call: Call) -> BaseModel:
+    body: wire.SpeakRequest = call.body
+    assert call.persona is not None
+    return await call.service.speak(
+        call.channel_id, call.persona, call.path("claim_id"), body.text, tier=body.tier, based_on_seq=body.based_on_seq
+    )
+
+
+async def _release(call: Call) -> BaseModel:
+    assert call.persona is not None
+    return await call.service.release(call.channel_id, call.persona, call.path("claim_id"))
+
+
+async def _status(call: Call) -> BaseModel:
+    return await call.service.status(call.channel_id, call.persona)
+
+
+async def _history(call: Call) -> BaseModel:
+    query: HistoryQuery = call.query
+    return await call.service.history(call.channel_id, after=query.after, limit=query.limit)
+
+
+async def _observe(call: Call) -> BaseModel:
+    body: wire.ObservedMessage = call.body
+    return await call.service.record_message(
+        call.channel_id,
+        author_id=body.author_id,
+        author_name=body.author_name,
+        author_kind=body.author_kind,
+        text=body.text,
+        platform_message_id=body.platform_message_id,
+        mentions=body.mentions,
+    )
+
+
+async def _retract(call: Call) -> BaseModel:
+    assert call.persona is not None
+    return await call.service.retract(call.channel_id, call.persona, call.seq)
+
+
+async def _link(call: Call) -> BaseModel:
+    body: wire.LinkRequest = call.body
+    assert call.persona is not None
+    return await call.service.link(call.channel_id, call.persona, call.seq, body.platform_message_id)
+
+
+async def _usage(call: Call) -> BaseModel:
+    body: wire.UsageReport = call.body
+    assert call.persona is not None
+    return await call.service.report_usage(call.channel_id, call.persona, body.prompt_tokens, body.completion_tokens)
+
+
+async def _register(call: Call) -> None:
+    body: wire.PersonaRegistration = call.body
+    assert call.persona is not None
+    await call.service.register_persona(call.persona, body.display_name, body.aliases)
+
+
+async def _channels(call: Call) -> BaseModel:
+    return await call.service.channels()
+
+
+async def _create_channel(call: Call) -> BaseModel:
+    body: wire.SettingsPatch = call.body
+    return await call.service.ensure_channel(call.channel_id, body.changes())
+
+
+async def _get_settings(call: Call) -> BaseModel:
+    return await call.service.settings(call.channel_id)
+
+
+async def _patch_settings(call: Call) -> BaseModel:
+    body: wire.SettingsPatch = call.body
+    return await call.service.update_settings(call.channel_id, body.changes())
+
+
+async def _set_persona(call: Call) -> BaseModel:
+    body: wire.PersonaPolicyPatch = call.body
+    return await call.service.set_persona(
+        call.channel_id, call.path("persona_id"), enabled=body.enabled, muted=body.muted
+    )
+
+
+async def _clear_history(call: Call) -> None:
+    await call.service.clear_history(call.channel_id)
+
+
+CH = "/v1/channels/{channel_id}"
+
+ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint("POST", f"{CH}/consume", "Spend and speak in one step", Access.PERSONA, _consume,
+             body=wire.ConsumeRequest, response=wire.SpeakResult),
+    Endpoint("POST", f"{CH}/claims", "Claim a tier before generating", Access.PERSONA, _claim,
+             body=wire.ClaimRequest, response=wire.ClaimResult),
+    Endpoint("POST", f"{CH}/claims/{{claim_id}}/speak", "Speak on a claim (same or cheaper tier)", Access.PERSONA,
+             _speak, body=wire.SpeakRequest, response=wire.SpeakResult),
+    Endpoint("DELETE", f"{CH}/claims/{{claim_id}}", "Release a claim (pass): full refund at once", Access.PERSONA,
+             _release, response=wire.ReleaseResult),
+    Endpoint("GET", f"{CH}/status", "The pool, the tiers and the caller's standing", Access.ANY, _status,
+             response=wire.StatusView),
+    Endpoint("GET", f"{CH}/history", "Messages after a seq, oldest first", Access.ANY, _history,
+             query=HistoryQuery, response=wire.HistoryPage),
+    Endpoint("POST", f"{CH}/messages", "Record an observed message (idempotent by platform id)", Access.ADMIN,
+             _observe, body=wire.ObservedMessage, response=wire.ObserveResult, tag="history"),
+    Endpoint("POST", f"{CH}/messages/{{seq}}/retract", "Retract a granted message whose post failed",
+             Access.PERSONA, _retract, response=wire.RetractResult, tag="history"),
+    Endpoint("PUT", f"{CH}/messages/{{seq}}/platform-id", "Link a posted message to its platform id",
+             Access.PERSONA, _link, body=wire.LinkRequest, response=wire.MessageView, tag="history"),
+    Endpoint("POST", f"{CH}/usage", "Report tokens used by one LLM call", Access.PERSONA, _usage,
+             body=wire.UsageReport, response=wire.UsageResult),
+    Endpoint("PUT", "/v1/personas/{persona_id}", "Register the calling persona's names", Access.PERSONA,
+             _register, body=wire.PersonaRegistration, status=204, tag="personas"),
+    Endpoint("GET", "/v1/channels", "List channels", Access.ADMIN, _channels, response=wire.ChannelList,
+             tag="admin"),
+    Endpoint("PUT", CH, "Create a channel (idempotent); optional initial settings", Access.ADMIN,
+             _create_channel, body=wire.SettingsPatch, response=wire.SettingsView, tag="admin"),
+    Endpoint("GET", f"{CH}/settings", "A channel's settings", Access.ADMIN, _get_settings,
+             response=wire.SettingsView, tag="admin"),
+    Endpoint("PATCH", f"{CH}/settings", "Change a channel's settings", Access.ADMIN, _patch_settings,
+             body=wire.SettingsPatch, response=wire.SettingsView, tag="admin"),
+    Endpoint("PUT", f"{CH}/personas/{{persona_id}}", "Enable, disable, mute or unmute a persona here",
+             Access.ADMIN, _set_persona, body=wire.PersonaPolicyPatch, response=wire.SettingsView, tag="admin"),
+    Endpoint("DELETE", f"{CH}/history", "Clear the channel's history", Access.ADMIN, _clear_history,
+             status=204, tag="admin"),
+)  # fmt: skip
+
+
+def add_routes(app: web.Application) -> None:
+    for endpoint in ENDPOINTS:
+        app.router.add_route(endpoint.method, endpoint.path, _wrap(endpoint))

@@ -1,0 +1,365 @@
+"""The HTTP API's wire models: what goes over the wire, in and out. No I/O.
+
+The persona runtime (``bots``) imports this module and nothing else from ``arbiter``. The OpenAPI document
+is generated from these models, so the documentation cannot drift from the code.
+
+Times are POSIX seconds (``*_at``); durations are seconds (``*_s``, ``retry_after``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StringConstraints
+
+from arbiter.core.limits import ID_PATTERN, LIMITS, MAX_NAME_LENGTH, MAX_TEXT_LENGTH, MAX_TOPIC_LENGTH
+from arbiter.core.models import AuthorKind, RefusalReason, SpendState, Tier
+
+__all__ = (
+    "ChannelList",
+    "ChannelSummary",
+    "ClaimRequest",
+    "ClaimResult",
+    "ClaimView",
+    "ConsumeRequest",
+    "ErrorBody",
+    "ErrorDetail",
+    "HistoryPage",
+    "LinkRequest",
+    "MessageView",
+    "ObserveResult",
+    "ObservedMessage",
+    "PersonaPolicyPatch",
+    "PersonaRegistration",
+    "PersonaView",
+    "RefundView",
+    "ReleaseResult",
+    "RetractResult",
+    "SettingsPatch",
+    "SettingsView",
+    "SpeakRequest",
+    "SpeakResult",
+    "StatusView",
+    "TierPatch",
+    "TierView",
+    "UsageReport",
+    "UsageResult",
+    "Verdict",
+)
+
+
+def _bounded(name: str, kind: Any = StrictInt) -> Any:
+    bound = LIMITS[name]
+    return Annotated[kind, Field(ge=bound.low, le=bound.high)]
+
+
+Id = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
+Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_TEXT_LENGTH)]
+Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_NAME_LENGTH)]
+Seq = Annotated[StrictInt, Field(ge=0)]
+
+
+class _In(BaseModel):
+    """Requests: strict types, unknown fields rejected, so a typo is an error and not a silent no-op."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+# --- requests -------------------------------------------------------------------------------------------
+
+
+class ConsumeRequest(_In):
+    """Spend and speak in one step. Give a tier, or an amount (it buys the most expensive tier it covers)."""
+
+    text: Text
+    tier: Tier | None = None
+    amount: Annotated[StrictInt, Field(gt=0, le=LIMITS["capacity"].high)] | None = None
+    based_on_seq: Seq | None = Field(None, description="the last history seq the text was written against")
+    persona: Id | None = Field(None, description="optional; must be the token's own persona")
+
+
+class ClaimRequest(_In):
+    """Hold a tier's cost before generating."""
+
+    tier: Tier
+    based_on_seq: Seq | None = None
+    persona: Id | None = None
+
+
+class SpeakRequest(_In):
+    """Speak on a claim, in its tier or a cheaper one."""
+
+    text: Text
+    tier: Tier | None = Field(None, description="defaults to the claim's tier")
+    based_on_seq: Seq | None = None
+    persona: Id | None = None
+
+
+class ObservedMessage(_In):
+    """A message seen on the platform (a human's, or another bot's). Idempotent by platform_message_id."""
+
+    author_id: Id
+    author_name: Name
+    author_kind: AuthorKind = AuthorKind.HUMAN
+    text: Text
+    platform_message_id: Annotated[str, StringConstraints(min_length=1, max_length=64)] | None = None
+    mentions: list[Id] = Field(default_factory=list, max_length=50, description="persona ids @mentioned")
+
+
+class LinkRequest(_In):
+    platform_message_id: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+
+
+class UsageReport(_In):
+    prompt_tokens: _bounded("tokens")  # type: ignore[valid-type]
+    completion_tokens: _bounded("tokens")  # type: ignore[valid-type]
+    model: Annotated[str, StringConstraints(max_length=100)] | None = None
+    persona: Id | None = None
+
+
+class PersonaRegistration(_In):
+    display_name: Name
+    aliases: list[Name] = Field(default_factory=list, max_length=10)
+
+
+class TierPatch(_In):
+    cost: _bounded("cost") | None = None  # type: ignore[valid-type]
+    max_length: _bounded("max_length") | None = None  # type: ignore[valid-type]
+    recovery_s: _bounded("recovery_s", StrictFloat) | None = None  # type: ignore[valid-type]
+
+
+class SettingsPatch(_In):
+    """Change some settings; fields left out stay as they are. The whole result is checked before it is saved."""
+
+    capacity: _bounded("capacity") | None = None  # type: ignore[valid-type]
+    tiers: dict[Tier, TierPatch] | None = None
+    enabled: StrictBool | None = None
+    paused: StrictBool | None = None
+    idle_cap: _bounded("idle_cap") | None = None  # type: ignore[valid-type]
+    daily_token_budget: _bounded("daily_token_budget") | None = Field(  # type: ignore[valid-type]
+        None, description="null for no budget"
+    )
+    topic: Annotated[str, StringConstraints(strip_whitespace=True, max_length=MAX_TOPIC_LENGTH)] | None = None
+    claim_ttl_s: _bounded("claim_ttl_s", StrictFloat) | None = None  # type: ignore[valid-type]
+    priority_window_s: _bounded("priority_window_s", StrictFloat) | None = None  # type: ignore[valid-type]
+    human_hold_s: _bounded("human_hold_s", StrictFloat) | None = None  # type: ignore[valid-type]
+    stale_tolerance: _bounded("stale_tolerance") | None = None  # type: ignore[valid-type]
+    personas_enabled_by_default: StrictBool | None = None
+
+    def changes(self) -> dict[str, Any]:
+        """The fields the caller set (an explicit null budget means "no budget")."""
+        changes = self.model_dump(include=self.model_fields_set, exclude_none=False)
+        if "tiers" in changes and changes["tiers"] is not None:
+            changes["tiers"] = {
+                str(tier): patch.model_dump(exclude_none=True) for tier, patch in (self.tiers or {}).items()
+            }
+        return {key: value for key, value in changes.items() if value is not None or key == "daily_token_budget"}
+
+
+class PersonaPolicyPatch(_In):
+    enabled: StrictBool | None = None
+    muted: StrictBool | None = None
+
+
+# --- responses ------------------------------------------------------------------------------------------
+
+
+class MessageView(_Out):
+    seq: int
+    author_id: str
+    author_kind: AuthorKind
+    author_name: str
+    text: str
+    at: float
+    tier: Tier | None = None
+    cost: int = 0
+    platform_message_id: str | None = None
+    addressed: list[str] = Field(default_factory=list)
+
+
+class ClaimView(_Out):
+    claim_id: str
+    persona: str
+    tier: Tier
+    cost: int
+    state: SpendState
+    expires_at: float | None = Field(None, description="while held: when the claim lapses")
+
+
+class Verdict(_Out):
+    """Every spending call answers with a verdict: granted, or refused with a reason. Refusals are not errors."""
+
+    granted: bool
+    level: int = Field(description="the pool's level after this call")
+    capacity: int
+    reason: RefusalReason | None = None
+    detail: str | None = None
+    retry_after: float | None = Field(None, description="seconds until trying again could succeed")
+
+
+class ClaimResult(Verdict):
+    claim: ClaimView | None = None
+
+
+class SpeakResult(Verdict):
+    message: MessageView | None = None
+    refunded: int = Field(0, description="cost given back at once by speaking in a cheaper tier")
+
+
+class ReleaseResult(Verdict):
+    claim: ClaimView
+
+
+class RetractResult(_Out):
+    seq: int
+    refunded: int
+    level: int
+
+
+class ObserveResult(_Out):
+    seq: int
+    created: bool = Field(description="false when this platform message was already recorded")
+
+
+class UsageResult(_Out):
+    tokens_today: int
+    daily_token_budget: int | None
+
+
+class TierView(_Out):
+    cost: int
+    max_length: int
+    recovery_s: float
+    affordable: bool | None = None
+
+
+class RefundView(_Out):
+    at: float
+    amount: int
+
+
+class PersonaView(_Out):
+    enabled: bool
+    muted: bool
+    display_name: str | None = None
+
+
+class StatusView(_Out):
+    channel_id: str
+    now: float
+    level: int
+    capacity: int
+    enabled: bool
+    paused: bool
+    topic: str
+    tiers: dict[Tier, TierView]
+    refunds: list[RefundView]
+    bot_streak: int
+    idle_cap: int
+    priority: list[str] = Field(default_factory=list, description="personas addressed and not yet answered")
+    priority_until: float | None = None
+    tokens_today: int
+    daily_token_budget: int | None
+    last_seq: int
+    you: PersonaView | None = Field(None, description="the calling persona's standing here")
+    claim: ClaimView | None = Field(None, description="the calling persona's held claim, if any")
+
+
+class HistoryPage(_Out):
+    channel_id: str
+    messages: list[MessageView]
+    next_after: int = Field(description="pass as ?after= for the next page")
+    has_more: bool
+
+
+class SettingsView(_Out):
+    channel_id: str
+    capacity: int
+    tiers: dict[Tier, TierView]
+    enabled: bool
+    paused: bool
+    idle_cap: int
+    daily_token_budget: int | None
+    topic: str
+    claim_ttl_s: float
+    priority_window_s: float
+    human_hold_s: float
+    stale_tolerance: int
+    personas_enabled_by_default: bool
+    personas: dict[str, PersonaView]
+
+
+class ChannelSummary(_Out):
+    channel_id: str
+    enabled: bool
+    last_seq: int
+
+
+class ChannelList(_Out):
+    channels: list[ChannelSummary]
+
+
+class ErrorDetail(_Out):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class ErrorBody(_Out):
+    error: ErrorDetail
+
+
+# --- events (the WebSocket stream) ----------------------------------------------------------------------
+
+
+class MessageEvent(_Out):
+    type: Literal["message"] = "message"
+    channel_id: str
+    message: MessageView
+
+
+class LevelEvent(_Out):
+    type: Literal["level"] = "level"
+    channel_id: str
+    level: int
+    capacity: int
+    at: float
+    next_refund_at: float | None = None
+
+
+class ClaimEvent(_Out):
+    type: Literal["claim"] = "claim"
+    channel_id: str
+    claim: ClaimView
+
+
+class RetractedEvent(_Out):
+    type: Literal["retracted"] = "retracted"
+    channel_id: str
+    seq: int
+
+
+class SettingsEvent(_Out):
+    type: Literal["settings"] = "settings"
+    channel_id: str
+    settings: SettingsView
+
+
+class ClearedEvent(_Out):
+    type: Literal["cleared"] = "cleared"
+    channel_id: str
+    last_seq: int
+
+
+EVENT_MODELS: tuple[type[_Out], ...] = (
+    MessageEvent,
+    LevelEvent,
+    ClaimEvent,
+    RetractedEvent,
+    SettingsEvent,
+    ClearedEvent,
+)

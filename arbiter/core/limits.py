@@ -1,0 +1,35 @@
+"""Bounds on every setting and input, shared by the rules and the wire models so they cannot drift."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ("ID_PATTERN", "LIMITS", "MAX_NAME_LENGTH", "MAX_TEXT_LENGTH", "MAX_TOPIC_LENGTH", "Bound")
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    low: float
+    high: float
+
+
+LIMITS: dict[str, Bound] = {
+    "capacity": Bound(1, 1_000_000),
+    "cost": Bound(1, 1_000_000),
+    "max_length": Bound(1, 2_000),  # Discord's message limit
+    "recovery_s": Bound(0, 3_600),
+    "idle_cap": Bound(1, 1_000),
+    "daily_token_budget": Bound(0, 10_000_000_000),
+    "claim_ttl_s": Bound(1, 600),
+    "priority_window_s": Bound(0, 600),
+    "human_hold_s": Bound(0, 120),
+    "stale_tolerance": Bound(0, 15),
+    "tokens": Bound(0, 10_000_000),
+}
+
+# Channel and persona ids: Discord snowflakes, room names, slugs. Safe in URLs and logs.
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+MAX_TEXT_LENGTH = 4_000  # an observed message may be a long human post; tiers cap what personas say
+MAX_NAME_LENGTH = 80
+MAX_TOPIC_LENGTH = 300

@@ -1,0 +1,204 @@
+"""The turn-taking domain as frozen values.
+
+Times are POSIX seconds (floats). The core never reads a clock: every rule takes ``now``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = (
+    "DEFAULT_TIERS",
+    "RECENT_SUBSTANTIVE",
+    "AuthorKind",
+    "ChannelSettings",
+    "ChannelState",
+    "Message",
+    "PersonaPolicy",
+    "Priority",
+    "RefusalReason",
+    "Spend",
+    "SpendState",
+    "Tier",
+    "TierRule",
+)
+
+
+class Tier(enum.StrEnum):
+    """Speaking tiers, cheapest first."""
+
+    AIZUCHI = "aizuchi"
+    REMARK = "remark"
+    LONG = "long"
+
+    @property
+    def rank(self) -> int:
+        return _TIER_ORDER.index(self)
+
+
+_TIER_ORDER: tuple[Tier, ...] = (Tier.AIZUCHI, Tier.REMARK, Tier.LONG)
+
+
+class AuthorKind(enum.StrEnum):
+    HUMAN = "human"
+    PERSONA = "persona"
+    BOT = "bot"  # another bot in the channel that is not one of ours
+
+
+class SpendState(enum.StrEnum):
+    HELD = "held"  # a claim: the cost is held until speak, release or expiry
+    SPOKEN = "spoken"
+    RELEASED = "released"
+    RETRACTED = "retracted"  # granted, but the platform post failed
+
+
+class RefusalReason(enum.StrEnum):
+    INSUFFICIENT = "insufficient"
+    PAUSED = "paused"
+    MUTED = "muted"
+    NOT_ENABLED = "not_enabled"
+    TOO_LONG = "too_long"
+    STALE = "stale"
+    IDLE_CAP = "idle_cap"
+    BUDGET = "budget"
+    PRIORITY = "priority"
+
+
+@dataclass(frozen=True, slots=True)
+class TierRule:
+    cost: int
+    max_length: int  # display columns: CJK characters count 2, see core.text
+    recovery_s: float
+
+
+DEFAULT_TIERS: Mapping[Tier, TierRule] = MappingProxyType(
+    {
+        # The reference design allowed 10/50/100 Japanese characters; in display columns that is
+        # 20/100/200. English needs a little more room per thought, hence 24/120/240.
+        Tier.AIZUCHI: TierRule(cost=5, max_length=24, recovery_s=5.0),
+        Tier.REMARK: TierRule(cost=60, max_length=120, recovery_s=5.0),
+        Tier.LONG: TierRule(cost=80, max_length=240, recovery_s=5.0),
+    }
+)
+
+# How many recent substantive messages a channel remembers for the staleness rule.
+RECENT_SUBSTANTIVE = 16
+
+
+@dataclass(frozen=True, slots=True)
+class PersonaPolicy:
+    enabled: bool = True
+    muted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelSettings:
+    capacity: int = 100
+    tiers: Mapping[Tier, TierRule] = field(default_factory=lambda: DEFAULT_TIERS)
+    enabled: bool = True
+    paused: bool = False
+    idle_cap: int = 12
+    daily_token_budget: int | None = 500_000
+    topic: str = ""
+    claim_ttl_s: float = 30.0
+    priority_window_s: float = 20.0
+    human_hold_s: float = 0.0
+    stale_tolerance: int = 1
+    personas_enabled_by_default: bool = True
+    personas: Mapping[str, PersonaPolicy] = field(default_factory=dict)
+
+    def tier(self, tier: Tier) -> TierRule:
+        return self.tiers[tier]
+
+    def policy(self, persona_id: str) -> PersonaPolicy:
+        found = self.personas.get(persona_id)
+        if found is not None:
+            return found
+        return PersonaPolicy(enabled=self.personas_enabled_by_default)
+
+    def with_policy(self, persona_id: str, policy: PersonaPolicy) -> ChannelSettings:
+        return replace(self, personas={**self.personas, persona_id: policy})
+
+
+@dataclass(frozen=True, slots=True)
+class Spend:
+    """One entry of the spend ledger. A claim is a spend in state HELD whose refund time is its expiry."""
+
+    id: str
+    persona_id: str
+    tier: Tier
+    cost: int
+    state: SpendState
+    created_at: float
+    refund_at: float
+    message_seq: int | None = None
+
+    def active(self, now: float) -> bool:
+        return self.refund_at > now
+
+    def held(self, now: float) -> bool:
+        return self.state is SpendState.HELD and self.refund_at > now
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    channel_id: str
+    seq: int
+    author_id: str
+    author_kind: AuthorKind
+    author_name: str
+    text: str
+    created_at: float
+    tier: Tier | None = None
+    cost: int = 0
+    platform_message_id: str | None = None
+    spend_id: str | None = None
+    retracted: bool = False
+    addressed: tuple[str, ...] = ()
+
+    @property
+    def substantive(self) -> bool:
+        """Human messages and remarks move the conversation; nods do not."""
+        return self.author_kind is AuthorKind.HUMAN or (self.tier is not None and self.tier is not Tier.AIZUCHI)
+
+
+@dataclass(frozen=True, slots=True)
+class Priority:
+    """Personas addressed by a human message; the others may only nod until they answer or it ends."""
+
+    persona_ids: frozenset[str]
+    until: float
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelState:
+    channel_id: str
+    settings: ChannelSettings = field(default_factory=ChannelSettings)
+    # The active spends, sorted by refund_at, and the claims (see core.ledger); plus any spend an operation
+    # asked for by id.
+    spends: tuple[Spend, ...] = ()
+    claims: tuple[Spend, ...] = ()
+    last_seq: int = 0
+    bot_streak: int = 0  # bot messages since the last human message
+    last_human_seq: int = 0
+    last_human_at: float | None = None
+    priority: Priority | None = None
+    recent_substantive: tuple[int, ...] = ()  # seqs, oldest first, at most RECENT_SUBSTANTIVE
+    tokens_day: int = 0  # proleptic ordinal of the UTC day tokens_used belongs to
+    tokens_used: int = 0
+
+    def spend(self, spend_id: str) -> Spend | None:
+        for claim in self.claims:
+            if claim.id == spend_id:
+                return claim
+        return next((spend for spend in self.spends if spend.id == spend_id), None)
+
+    def claim_of(self, persona_id: str, now: float) -> Spend | None:
+        """The persona's live claim here, if any."""
+        return next((c for c in self.claims if c.persona_id == persona_id and c.refund_at > now), None)

@@ -1,0 +1,531 @@
+"""The turn-taking rules: pure functions of (state, request, now).
+
+Each operation returns a :class:`Transition`: the channel's next state, what to persist, and the outcome.
+A refusal leaves the state as it was. Errors (unknown claim, bad amount) raise ``ArbiterError``s.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, replace
+from typing import Any
+
+from arbiter.core import ledger
+from arbiter.core.errors import ConflictError, InvalidRequest, NotFound, PermissionDenied
+from arbiter.core.models import (
+    RECENT_SUBSTANTIVE,
+    AuthorKind,
+    ChannelState,
+    Message,
+    Priority,
+    RefusalReason,
+    Spend,
+    SpendState,
+    Tier,
+)
+from arbiter.core.text import display_length
+
+__all__ = (
+    "Author",
+    "ClaimGranted",
+    "Refusal",
+    "Released",
+    "SpeechGranted",
+    "Transition",
+    "check_turn",
+    "claim",
+    "clear_history",
+    "consume",
+    "level",
+    "link_platform_id",
+    "observe",
+    "record_usage",
+    "refund_schedule",
+    "release",
+    "retract",
+    "speak",
+    "tier_for_amount",
+    "utc_day",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    reason: RefusalReason
+    detail: str
+    retry_after: float | None = None  # seconds; None when waiting alone will not help
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimGranted:
+    spend: Spend
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechGranted:
+    spend: Spend
+    message: Message
+    refunded: int = 0  # cost given back at once by a downgrade
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    spend: Spend
+
+
+Outcome = Refusal | ClaimGranted | SpeechGranted | Released | Message | None
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    state: ChannelState
+    outcome: Outcome = None
+    new_spends: tuple[Spend, ...] = ()
+    changed_spends: tuple[Spend, ...] = ()
+    new_messages: tuple[Message, ...] = ()
+    changed_messages: tuple[Message, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.new_spends or self.changed_spends or self.new_messages or self.changed_messages)
+
+
+@dataclass(frozen=True, slots=True)
+class Author:
+    id: str
+    name: str
+    kind: AuthorKind = AuthorKind.PERSONA
+
+
+# --- the pool -------------------------------------------------------------------------------------------
+
+
+def level(state: ChannelState, now: float) -> int:
+    """capacity minus the cost of every spend whose refund time has not passed (never below zero)."""
+    return max(0, state.settings.capacity - ledger.held_total(state.spends, state.claims, now))
+
+
+def refund_schedule(state: ChannelState, now: float) -> list[tuple[float, int]]:
+    """Pending refunds as (time, amount), soonest first."""
+    return sorted((spend.refund_at, spend.cost) for spend in _pending(state, now))
+
+
+def _pending(state: ChannelState, now: float) -> list[Spend]:
+    """Every spend and claim not yet refunded, soonest refund first."""
+    pending = list(ledger.active(state.spends, now))
+    live = [claim for claim in state.claims if claim.refund_at > now]
+    if live:
+        pending = sorted(pending + live, key=lambda spend: spend.refund_at)
+    return pending
+
+
+def _wait_for(state: ChannelState, cost: int, now: float, excluding: str | None) -> float | None:
+    """Seconds until the pool can afford ``cost``; None if it never can."""
+    capacity = state.settings.capacity
+    if cost > capacity:
+        return None
+    active = [spend for spend in _pending(state, now) if spend.id != excluding]
+    available = capacity - sum(spend.cost for spend in active)
+    for spend in active:
+        if available >= cost:
+            break
+        available += spend.cost
+        if available >= cost:
+            return round(max(0.0, spend.refund_at - now), 3)
+    return 0.0 if available >= cost else None
+
+
+def utc_day(now: float) -> int:
+    return _dt.datetime.fromtimestamp(now, _dt.UTC).date().toordinal()
+
+
+def _seconds_to_next_utc_day(now: float) -> float:
+    day = _dt.date.fromordinal(utc_day(now) + 1)
+    midnight = _dt.datetime(day.year, day.month, day.day, tzinfo=_dt.UTC).timestamp()
+    return round(midnight - now, 3)
+
+
+def tokens_today(state: ChannelState, now: float) -> int:
+    return state.tokens_used if state.tokens_day == utc_day(now) else 0
+
+
+def tier_for_amount(state: ChannelState, amount: int) -> Tier:
+    """The tier an explicit amount buys: the most expensive one it covers (the reference's consume(amount))."""
+    capacity = state.settings.capacity
+    if amount > capacity:
+        raise InvalidRequest(f"amount {amount} exceeds the channel's capacity {capacity}", field="amount")
+    covered = [tier for tier in Tier if state.settings.tier(tier).cost <= amount]
+    if not covered:
+        cheapest = state.settings.tier(Tier.AIZUCHI).cost
+        raise InvalidRequest(f"amount {amount} is below the cheapest tier (aizuchi costs {cheapest})", field="amount")
+    return max(covered, key=lambda tier: tier.rank)
+
+
+# --- the checks -----------------------------------------------------------------------------------------
+
+
+def _holds_by_others(state: ChannelState, persona_id: str, now: float) -> list[Spend]:
+    return [c for c in state.claims if c.refund_at > now and c.persona_id != persona_id]
+
+
+def _stale(state: ChannelState, based_on_seq: int | None, tier: Tier) -> Refusal | None:
+    if based_on_seq is None or tier is Tier.AIZUCHI:
+        return None
+    if based_on_seq > state.last_seq:
+        raise InvalidRequest(
+            f"based_on_seq {based_on_seq} is ahead of the history (last seq {state.last_seq})", field="based_on_seq"
+        )
+    # recent_substantive keeps more entries than the largest tolerance, so a full count here is never short.
+    newer = sum(1 for seq in state.recent_substantive if seq > based_on_seq)
+    tolerance = state.settings.stale_tolerance
+    if newer > tolerance:
+        return Refusal(
+            RefusalReason.STALE,
+            f"{newer} new messages since seq {based_on_seq} (tolerance {tolerance}); read the history again",
+            retry_after=0.0,
+        )
+    return None
+
+
+def check_turn(
+    state: ChannelState,
+    persona_id: str,
+    tier: Tier,
+    cost: int,
+    now: float,
+    *,
+    text: str | None = None,
+    based_on_seq: int | None = None,
+    replacing: str | None = None,
+    claimed: bool = False,
+) -> Refusal | None:
+    """Why ``persona_id`` may not spend ``cost`` on ``tier`` now, or None. Reasons are checked in a fixed order.
+
+    ``claimed`` skips what a live claim already settled when it was granted: the budget, the idle cap,
+    the floor and the pool.
+    """
+    settings = state.settings
+    policy = settings.policy(persona_id)
+    if not settings.enabled:
+        return Refusal(RefusalReason.NOT_ENABLED, "the fleet is not enabled in this channel")
+    if not policy.enabled:
+        return Refusal(RefusalReason.NOT_ENABLED, f"persona {persona_id} is not enabled in this channel")
+    if policy.muted:
+        return Refusal(RefusalReason.MUTED, f"persona {persona_id} is muted in this channel")
+    if settings.paused:
+        return Refusal(RefusalReason.PAUSED, "the channel is paused")
+    if not claimed:
+        refusal = _budget_spent(state, now) or _idle_capped(state, persona_id, now, replacing)
+        if refusal is None and tier is not Tier.AIZUCHI:
+            refusal = _floor_taken(state, persona_id, now)
+        if refusal is not None:
+            return refusal
+    if text is not None:
+        limit = settings.tier(tier).max_length
+        length = display_length(text)
+        if length > limit:
+            return Refusal(RefusalReason.TOO_LONG, f"text is {length} columns; {tier} allows {limit}")
+    stale = _stale(state, based_on_seq, tier)
+    if stale is not None or claimed:
+        return stale
+    held = ledger.held_total(state.spends, state.claims, now)
+    replaced = state.spend(replacing) if replacing is not None else None
+    if replaced is not None and replaced.active(now):
+        held -= replaced.cost
+    available = max(0, settings.capacity - held)
+    if available < cost:
+        return Refusal(
+            RefusalReason.INSUFFICIENT,
+            f"{tier} costs {cost}; the pool holds {available}",
+            retry_after=_wait_for(state, cost, now, replacing),
+        )
+    return None
+
+
+def _budget_spent(state: ChannelState, now: float) -> Refusal | None:
+    budget = state.settings.daily_token_budget
+    if budget is None or tokens_today(state, now) < budget:
+        return None
+    return Refusal(
+        RefusalReason.BUDGET, f"today's token budget of {budget} is spent", retry_after=_seconds_to_next_utc_day(now)
+    )
+
+
+def _idle_capped(state: ChannelState, persona_id: str, now: float, replacing: str | None) -> Refusal | None:
+    cap = state.settings.idle_cap
+    in_flight = sum(1 for s in _holds_by_others(state, persona_id, now) if s.id != replacing)
+    if state.bot_streak + in_flight < cap:
+        return None
+    return Refusal(
+        RefusalReason.IDLE_CAP,
+        f"bots have taken {state.bot_streak} turns since the last human message"
+        f" ({in_flight} more in progress; cap {cap})",
+    )
+
+
+def _floor_taken(state: ChannelState, persona_id: str, now: float) -> Refusal | None:
+    priority = state.priority
+    if priority is not None and now < priority.until:
+        if persona_id in priority.persona_ids:
+            return None
+        names = ", ".join(sorted(priority.persona_ids))
+        return Refusal(
+            RefusalReason.PRIORITY,
+            f"{names} was addressed and has not answered yet; only aizuchi until then",
+            retry_after=round(priority.until - now, 3),
+        )
+    hold = state.settings.human_hold_s
+    if hold > 0 and state.last_human_at is not None and now < state.last_human_at + hold:
+        return Refusal(
+            RefusalReason.PRIORITY,
+            "a human has just spoken; only aizuchi for a moment",
+            retry_after=round(state.last_human_at + hold - now, 3),
+        )
+    return None
+
+
+# --- speaking -------------------------------------------------------------------------------------------
+
+
+def _after_message(state: ChannelState, message: Message) -> dict[str, Any]:
+    """The counters a new message moves, as fields for ``replace``."""
+    fields: dict[str, Any] = {"last_seq": message.seq}
+    if message.substantive:
+        fields["recent_substantive"] = (*state.recent_substantive, message.seq)[-RECENT_SUBSTANTIVE:]
+    if message.author_kind is AuthorKind.HUMAN:
+        fields.update(bot_streak=0, last_human_seq=message.seq, last_human_at=message.created_at)
+    else:
+        fields["bot_streak"] = state.bot_streak + 1
+    return fields
+
+
+def _answered(state: ChannelState, persona_id: str) -> Priority | None:
+    priority = state.priority
+    if priority is None or persona_id not in priority.persona_ids:
+        return priority
+    rest = priority.persona_ids - {persona_id}
+    return Priority(rest, priority.until) if rest else None
+
+
+def _with_spend(state: ChannelState, spend: Spend, previous: Spend | None) -> ChannelState:
+    spends, claims = ledger.place(state.spends, state.claims, spend, previous)
+    return replace(state, spends=spends, claims=claims)
+
+
+def _post(
+    state: ChannelState, author: Author, spend: Spend, text: str, now: float, *, previous: Spend | None
+) -> tuple[ChannelState, Spend, Message]:
+    message = Message(
+        channel_id=state.channel_id,
+        seq=state.last_seq + 1,
+        author_id=author.id,
+        author_kind=author.kind,
+        author_name=author.name,
+        text=text,
+        created_at=now,
+        tier=spend.tier,
+        cost=spend.cost,
+        spend_id=spend.id,
+    )
+    spend = replace(spend, message_seq=message.seq)
+    spends, claims = ledger.place(state.spends, state.claims, spend, previous)
+    fields = _after_message(state, message)
+    next_state = replace(state, spends=spends, claims=claims, priority=_answered(state, author.id), **fields)
+    return next_state, spend, message
+
+
+def consume(
+    state: ChannelState,
+    author: Author,
+    text: str,
+    now: float,
+    *,
+    spend_id: str,
+    tier: Tier | None = None,
+    amount: int | None = None,
+    based_on_seq: int | None = None,
+) -> Transition:
+    """One step: spend and speak at once (the reference design's ``consume``)."""
+    if (tier is None) == (amount is None):
+        raise InvalidRequest("give exactly one of tier or amount", field="tier" if tier is None else "amount")
+    if amount is not None:
+        tier = tier_for_amount(state, amount)
+    assert tier is not None
+    rule = state.settings.tier(tier)
+    cost = rule.cost if amount is None else amount
+    refusal = check_turn(state, author.id, tier, cost, now, text=text, based_on_seq=based_on_seq)
+    if refusal is not None:
+        return Transition(state, refusal)
+    spend = Spend(spend_id, author.id, tier, cost, SpendState.SPOKEN, now, now + rule.recovery_s)
+    next_state, spend, message = _post(state, author, spend, text, now, previous=None)
+    return Transition(next_state, SpeechGranted(spend, message), new_spends=(spend,), new_messages=(message,))
+
+
+def claim(
+    state: ChannelState,
+    persona_id: str,
+    tier: Tier,
+    now: float,
+    *,
+    claim_id: str,
+    based_on_seq: int | None = None,
+) -> Transition:
+    """Hold ``tier``'s cost before generating. A persona holds at most one claim per channel: a new one replaces it."""
+    previous = state.claim_of(persona_id, now)
+    replacing = previous.id if previous is not None else None
+    cost = state.settings.tier(tier).cost
+    refusal = check_turn(state, persona_id, tier, cost, now, based_on_seq=based_on_seq, replacing=replacing)
+    if refusal is not None:
+        return Transition(state, refusal)
+    held = Spend(claim_id, persona_id, tier, cost, SpendState.HELD, now, now + state.settings.claim_ttl_s)
+    changed: tuple[Spend, ...] = ()
+    next_state = state
+    if previous is not None:
+        released = replace(previous, state=SpendState.RELEASED, refund_at=now)
+        next_state = _with_spend(next_state, released, previous)
+        changed = (released,)
+    next_state = _with_spend(next_state, held, None)
+    return Transition(next_state, ClaimGranted(held), new_spends=(held,), changed_spends=changed)
+
+
+def _own_claim(state: ChannelState, persona_id: str, claim_id: str) -> Spend:
+    spend = state.spend(claim_id)
+    if spend is None:
+        raise NotFound(f"no claim {claim_id} in channel {state.channel_id}", field="claim_id", code="unknown_claim")
+    if spend.persona_id != persona_id:
+        raise PermissionDenied(f"claim {claim_id} belongs to another persona", field="claim_id")
+    return spend
+
+
+def speak(
+    state: ChannelState,
+    author: Author,
+    claim_id: str,
+    text: str,
+    now: float,
+    *,
+    tier: Tier | None = None,
+    based_on_seq: int | None = None,
+) -> Transition:
+    """Turn a claim into a message, in its tier or a cheaper one; the difference is refunded at once."""
+    held = _own_claim(state, author.id, claim_id)
+    if held.state is not SpendState.HELD:
+        raise ConflictError(f"claim {claim_id} was already {held.state}", field="claim_id", code="claim_closed")
+    tier = held.tier if tier is None else tier
+    if tier.rank > held.tier.rank:
+        raise InvalidRequest(f"claim {claim_id} is for {held.tier}; cannot speak in {tier}", field="tier")
+    rule = state.settings.tier(tier)
+    cost = min(rule.cost, held.cost)
+    expired = not held.held(now)
+    # An expired claim no longer holds anything: the turn is checked afresh, as a one-step consume would be.
+    refusal = check_turn(state, author.id, tier, cost, now, text=text, based_on_seq=based_on_seq, claimed=not expired)
+    if refusal is not None:
+        return Transition(state, refusal)
+    spoken = replace(held, tier=tier, cost=cost, state=SpendState.SPOKEN, refund_at=now + rule.recovery_s)
+    next_state, spoken, message = _post(state, author, spoken, text, now, previous=held)
+    refunded = 0 if expired else held.cost - cost
+    return Transition(
+        next_state, SpeechGranted(spoken, message, refunded), changed_spends=(spoken,), new_messages=(message,)
+    )
+
+
+def release(state: ChannelState, persona_id: str, claim_id: str, now: float) -> Transition:
+    """Give a claim back (the persona passes): full refund at once. Releasing twice is harmless."""
+    held = _own_claim(state, persona_id, claim_id)
+    if held.state is SpendState.RELEASED:
+        return Transition(state, Released(held))
+    if held.state is not SpendState.HELD:
+        raise ConflictError(f"claim {claim_id} was already {held.state}", field="claim_id", code="claim_closed")
+    released = replace(held, state=SpendState.RELEASED, refund_at=min(held.refund_at, now))
+    spends, claims = ledger.place(state.spends, state.claims, released, held)
+    next_state = replace(state, spends=spends, claims=claims, priority=_answered(state, persona_id))
+    return Transition(next_state, Released(released), changed_spends=(released,))
+
+
+# --- observed messages and bookkeeping ------------------------------------------------------------------
+
+
+def observe(
+    state: ChannelState,
+    author: Author,
+    text: str,
+    now: float,
+    *,
+    platform_message_id: str | None = None,
+    addressed: tuple[str, ...] = (),
+) -> Transition:
+    """Record a message that cost nothing: a human's, or another bot's. Humans never pay."""
+    message = Message(
+        channel_id=state.channel_id,
+        seq=state.last_seq + 1,
+        author_id=author.id,
+        author_kind=author.kind,
+        author_name=author.name,
+        text=text,
+        created_at=now,
+        platform_message_id=platform_message_id,
+        addressed=addressed if author.kind is AuthorKind.HUMAN else (),
+    )
+    fields = _after_message(state, message)
+    if author.kind is AuthorKind.HUMAN:
+        window = state.settings.priority_window_s
+        gets_floor = bool(message.addressed) and window > 0
+        fields["priority"] = Priority(frozenset(message.addressed), now + window) if gets_floor else None
+    next_state = replace(state, **fields)
+    return Transition(next_state, message, new_messages=(message,))
+
+
+def retract(state: ChannelState, persona_id: str, message: Message, now: float) -> Transition:
+    """A granted message whose platform post failed: out of the history, its cost back at once."""
+    if message.author_id != persona_id or message.author_kind is not AuthorKind.PERSONA:
+        raise PermissionDenied(f"message {message.seq} was not written by {persona_id}", field="seq")
+    if message.retracted:
+        return Transition(state, message)
+    if message.platform_message_id is not None:
+        raise ConflictError(f"message {message.seq} was posted; it cannot be retracted", field="seq")
+    retracted = replace(message, retracted=True)
+    next_state = replace(
+        state,
+        recent_substantive=tuple(seq for seq in state.recent_substantive if seq != message.seq),
+        bot_streak=state.bot_streak - 1
+        if message.seq > state.last_human_seq and state.bot_streak > 0
+        else state.bot_streak,
+    )
+    changed_spends: tuple[Spend, ...] = ()
+    spend = state.spend(message.spend_id) if message.spend_id else None
+    if spend is not None:
+        refunded = replace(spend, state=SpendState.RETRACTED, refund_at=min(spend.refund_at, now))
+        next_state = _with_spend(next_state, refunded, spend)
+        changed_spends = (refunded,)
+    return Transition(next_state, retracted, changed_spends=changed_spends, changed_messages=(retracted,))
+
+
+def link_platform_id(state: ChannelState, persona_id: str, message: Message, platform_message_id: str) -> Transition:
+    """Attach the platform's id to a granted message once it was posted."""
+    if message.author_id != persona_id:
+        raise PermissionDenied(f"message {message.seq} was not written by {persona_id}", field="seq")
+    if message.retracted:
+        raise ConflictError(f"message {message.seq} was retracted", field="seq")
+    if message.platform_message_id == platform_message_id:
+        return Transition(state, message)
+    if message.platform_message_id is not None:
+        raise ConflictError(
+            f"message {message.seq} is already linked to {message.platform_message_id}", field="platform_message_id"
+        )
+    linked = replace(message, platform_message_id=platform_message_id)
+    return Transition(state, linked, changed_messages=(linked,))
+
+
+def record_usage(state: ChannelState, tokens: int, now: float) -> Transition:
+    day = utc_day(now)
+    used = tokens + (state.tokens_used if state.tokens_day == day else 0)
+    return Transition(replace(state, tokens_day=day, tokens_used=used))
+
+
+def clear_history(state: ChannelState) -> Transition:
+    """Forget the conversation, not the sequence: new messages keep counting up, so no seq is reused."""
+    return Transition(
+        replace(
+            state, bot_streak=0, last_human_at=None, priority=None, recent_substantive=(), last_human_seq=state.last_seq
+        )
+    )

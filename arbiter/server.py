@@ -1,0 +1,125 @@
+"""The arbiter's composition root: create every resource at start-up, pass it in, close it at the end."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import secrets
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from arbiter.api.app import build_app
+from arbiter.api.auth import TokenAuth
+from arbiter.events import EventHub
+from arbiter.service import ArbiterService
+from arbiter.storage.database import Database, PostgresDatabase, SqliteDatabase
+from arbiter.storage.lock import SqliteFileLock, sqlite_path
+from arbiter.storage.migrate import migrate
+from arbiter.storage.pubsub import PostgresRelay
+from arbiter.storage.writer import BatchWriter
+from arbiter.ticker import RefundTicker
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+
+    from arbiter.settings import ArbiterSettings
+
+__all__ = ("Arbiter", "open_arbiter", "serve_app")
+
+_log = logging.getLogger(__name__)
+
+
+class IdFactory:
+    """Claim ids: a random per-process prefix and a counter. Unique across processes and restarts without the
+    cost of uuid4 (a system call) on every claim."""
+
+    def __init__(self) -> None:
+        self._prefix = secrets.token_hex(6)
+        self._counter = itertools.count(1)
+
+    def __call__(self) -> str:
+        return f"{self._prefix}{next(self._counter):x}"
+
+
+@dataclass(frozen=True, slots=True)
+class Arbiter:
+    settings: ArbiterSettings
+    service: ArbiterService
+    hub: EventHub
+    app: web.Application
+
+
+@contextlib.asynccontextmanager
+async def open_arbiter(
+    settings: ArbiterSettings, *, clock: Callable[[], float] = time.time, extra_personas: dict[str, str] | None = None
+) -> AsyncIterator[Arbiter]:
+    """Open the database (migrating it), start the writer and, on PostgreSQL, the cross-process relay.
+
+    ``extra_personas`` adds persona tokens beside the configured ones (the local room makes its own).
+    """
+    tokens = {pid: token.get_secret_value() for pid, token in settings.persona_tokens.items()}
+    tokens.update(extra_personas or {})
+    admin = settings.admin_token.get_secret_value() if settings.admin_token else None
+    auth = TokenAuth(tokens, admin)
+    async with contextlib.AsyncExitStack() as stack:
+        database = Database.open(settings.database_url)
+        if isinstance(database, SqliteDatabase):
+            stack.enter_context(SqliteFileLock(sqlite_path(database.url)))
+        stack.push_async_callback(database.dispose)
+        await migrate(database)
+        hub = EventHub()
+        stack.callback(hub.close_all)
+        relay = PostgresRelay(database.engine, hub.publish) if isinstance(database, PostgresDatabase) else None
+        writer = BatchWriter(
+            database,
+            clock,
+            hub.publish,
+            notifier=relay.notify if relay else None,
+            owns_database=database.is_sqlite,
+        )
+        await writer.start()
+        stack.push_async_callback(writer.close)
+        if relay is not None:
+            await relay.start()
+            stack.push_async_callback(relay.close)
+        service = ArbiterService(
+            database,
+            writer,
+            clock=clock,
+            new_id=IdFactory(),
+            personas=tokens,
+            wants_events=(lambda _channel_id: True) if relay is not None else hub.watching,
+        )
+        await service.load_names()
+        hub.add_listener(service.on_event)
+        ticker = RefundTicker(service, hub, clock)
+        stack.callback(ticker.close)
+        yield Arbiter(settings, service, hub, build_app(service, hub, auth))
+
+
+async def serve_app(app: web.Application, host: str, port: int, *, ready: Callable[[str], None] | None = None) -> None:
+    """Serve until cancelled (Ctrl-C or SIGTERM), then shut down gracefully."""
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port, reuse_address=True)
+        await site.start()
+        address = _address(runner, host)
+        _log.info("arbiter API listening on %s", address)
+        if ready is not None:
+            ready(address)
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+def _address(runner: web.AppRunner, host: str) -> str:
+    for address in runner.addresses:
+        if isinstance(address, tuple):
+            return f"http://{host}:{address[1]}"
+    return f"http://{host}"

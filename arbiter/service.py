@@ -1,0 +1,590 @@
+"""ArbiterService: loads state, asks the core, persists, publishes. The only caller of ``arbiter.core``.
+
+The HTTP API, the moderators' slash commands and the local room all call these methods: one code path.
+Changes run through the BatchWriter (one locked transaction per batch); reads go straight to the database.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from arbiter import contract as wire
+from arbiter.core import rules
+from arbiter.core.addressing import addressed_personas
+from arbiter.core.errors import InvalidRequest, NotFound
+from arbiter.core.models import (
+    AuthorKind,
+    ChannelSettings,
+    ChannelState,
+    Message,
+    PersonaPolicy,
+    Spend,
+    SpendState,
+    Tier,
+)
+from arbiter.core.rules import Author, Transition
+from arbiter.core.validation import patch_settings, validate_settings
+from arbiter.events import Event
+from arbiter.storage import repository as repo
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection, Mapping, Sequence
+
+    from arbiter.storage.database import Database
+    from arbiter.storage.writer import BatchWriter, Clock, WriteTx
+
+__all__ = ("ArbiterService", "message_view", "settings_view")
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def message_view(message: Message) -> wire.MessageView:
+    return wire.MessageView(
+        seq=message.seq,
+        author_id=message.author_id,
+        author_kind=message.author_kind,
+        author_name=message.author_name,
+        text=message.text,
+        at=message.created_at,
+        tier=message.tier,
+        cost=message.cost,
+        platform_message_id=message.platform_message_id,
+        addressed=list(message.addressed),
+    )
+
+
+def claim_view(spend: Spend, now: float) -> wire.ClaimView:
+    held = spend.held(now)
+    return wire.ClaimView(
+        claim_id=spend.id,
+        persona=spend.persona_id,
+        tier=spend.tier,
+        cost=spend.cost,
+        state=spend.state,
+        expires_at=spend.refund_at if held else None,
+    )
+
+
+def settings_view(
+    channel_id: str, settings: ChannelSettings, names: Mapping[str, str] | None = None
+) -> wire.SettingsView:
+    names = names or {}
+    personas = {pid: settings.policy(pid) for pid in sorted({*settings.personas, *names})}
+    return wire.SettingsView(
+        channel_id=channel_id,
+        capacity=settings.capacity,
+        tiers={
+            t: wire.TierView(cost=r.cost, max_length=r.max_length, recovery_s=r.recovery_s)
+            for t, r in settings.tiers.items()
+        },
+        enabled=settings.enabled,
+        paused=settings.paused,
+        idle_cap=settings.idle_cap,
+        daily_token_budget=settings.daily_token_budget,
+        topic=settings.topic,
+        claim_ttl_s=settings.claim_ttl_s,
+        priority_window_s=settings.priority_window_s,
+        human_hold_s=settings.human_hold_s,
+        stale_tolerance=settings.stale_tolerance,
+        personas_enabled_by_default=settings.personas_enabled_by_default,
+        personas={
+            pid: wire.PersonaView(enabled=p.enabled, muted=p.muted, display_name=names.get(pid))
+            for pid, p in personas.items()
+        },
+    )
+
+
+def _next_refund(state: ChannelState, now: float) -> float | None:
+    schedule = rules.refund_schedule(state, now)
+    return schedule[0][0] if schedule else None
+
+
+def _upcoming_refunds(state: ChannelState, now: float, limit: int = 10) -> list[tuple[float, int]]:
+    """The next refunds, those due within the same tenth of a second merged: enough to plan a turn."""
+    merged: list[tuple[float, int]] = []
+    for at, amount in rules.refund_schedule(state, now):
+        if merged and at - merged[-1][0] < 0.1:
+            merged[-1] = (merged[-1][0], merged[-1][1] + amount)
+        elif len(merged) == limit:
+            break
+        else:
+            merged.append((at, amount))
+    return merged
+
+
+class ArbiterService:
+    def __init__(
+        self,
+        database: Database,
+        writer: BatchWriter,
+        *,
+        clock: Clock,
+        new_id: Callable[[], str],
+        personas: Collection[str] = (),
+        default_settings: ChannelSettings | None = None,
+        wants_events: Callable[[str], bool] = lambda _channel_id: True,
+    ) -> None:
+        """``wants_events(channel_id)``: whether anyone will hear that channel's events; building them is skipped
+        when no one will (the common case on one SQLite process with no open streams)."""
+        self._database = database
+        self._writer = writer
+        self._clock = clock
+        self._new_id = new_id
+        self._wants_events = wants_events
+        self.personas = frozenset(personas)
+        self._defaults = default_settings or ChannelSettings()
+        validate_settings(self._defaults)
+        self._names: dict[str, str] = {}  # persona id -> display name
+        self._aliases: dict[str, tuple[str, ...]] = {}  # persona id -> every name it answers to
+
+    def now(self) -> float:
+        return self._clock()
+
+    # --- plumbing ---------------------------------------------------------------------------------------
+
+    async def _change(
+        self, channel_id: str, step: Callable[[WriteTx, ChannelState], T], spend_ids: Sequence[str] = ()
+    ) -> T:
+        """Run ``step`` on the channel's locked state in the writer. Steps are synchronous (see storage.writer)."""
+
+        def run(tx: WriteTx) -> T:
+            state = tx.channel(channel_id, spend_ids=spend_ids)
+            if state is None:
+                raise NotFound(f"unknown channel {channel_id}", field="channel_id", code="unknown_channel")
+            return step(tx, state)
+
+        return await self._writer.run(run, (channel_id,))
+
+    def _author(self, persona_id: str) -> Author:
+        return Author(persona_id, self._names.get(persona_id, persona_id), AuthorKind.PERSONA)
+
+    def _require_persona(self, persona_id: str) -> None:
+        if persona_id not in self.personas:
+            raise NotFound(f"unknown persona {persona_id}", field="persona", code="unknown_persona")
+
+    def _events(self, transition: Transition, now: float, before: ChannelState) -> list[Event]:
+        """What the stream should hear about a transition."""
+        channel_id = transition.state.channel_id
+        events = [
+            Event(channel_id, "message", {"message": message_view(m).model_dump(mode="json")})
+            for m in transition.new_messages
+        ]
+        events += [Event(channel_id, "retracted", {"seq": m.seq}) for m in transition.changed_messages if m.retracted]
+        events += [
+            Event(channel_id, "claim", {"claim": claim_view(s, now).model_dump(mode="json")})
+            for s in (*transition.new_spends, *transition.changed_spends)
+        ]
+        after_level = rules.level(transition.state, now)
+        if after_level != rules.level(before, now) or transition.new_spends or transition.changed_spends:
+            events.append(self._level_event(transition.state, now))
+        return events
+
+    def _level_event(self, state: ChannelState, now: float) -> Event:
+        return Event(
+            state.channel_id,
+            "level",
+            {
+                "level": rules.level(state, now),
+                "capacity": state.settings.capacity,
+                "at": now,
+                "next_refund_at": _next_refund(state, now),
+            },
+        )
+
+    def _commit(self, tx: WriteTx, before: ChannelState, transition: Transition) -> None:
+        if transition.changed:
+            tx.apply(transition)
+            if self._wants_events(before.channel_id):
+                tx.emit(*self._events(transition, tx.now(), before))
+
+    def _verdict(self, state: ChannelState, now: float, outcome: Any, **extra: Any) -> dict[str, Any]:
+        base: dict[str, Any] = {"level": rules.level(state, now), "capacity": state.settings.capacity}
+        if isinstance(outcome, rules.Refusal):
+            return {
+                **base,
+                "granted": False,
+                "reason": outcome.reason,
+                "detail": outcome.detail,
+                "retry_after": outcome.retry_after,
+                **extra,
+            }
+        return {**base, "granted": True, **extra}
+
+    # --- speaking ---------------------------------------------------------------------------------------
+
+    async def consume(
+        self,
+        channel_id: str,
+        persona_id: str,
+        text: str,
+        *,
+        tier: Tier | None = None,
+        amount: int | None = None,
+        based_on_seq: int | None = None,
+    ) -> wire.SpeakResult:
+        self._require_persona(persona_id)
+
+        def step(tx: WriteTx, state: ChannelState) -> wire.SpeakResult:
+            now = tx.now()
+            transition = rules.consume(
+                state, self._author(persona_id), text, now,
+                spend_id=self._new_id(), tier=tier, amount=amount, based_on_seq=based_on_seq,
+            )  # fmt: skip
+            self._commit(tx, state, transition)
+            message = transition.outcome.message if isinstance(transition.outcome, rules.SpeechGranted) else None
+            view = None if message is None else message_view(message)
+            return wire.SpeakResult(**self._verdict(transition.state, now, transition.outcome, message=view))
+
+        return await self._change(channel_id, step)
+
+    async def claim(
+        self, channel_id: str, persona_id: str, tier: Tier, *, based_on_seq: int | None = None
+    ) -> wire.ClaimResult:
+        self._require_persona(persona_id)
+
+        def step(tx: WriteTx, state: ChannelState) -> wire.ClaimResult:
+            now = tx.now()
+            transition = rules.claim(state, persona_id, tier, now, claim_id=self._new_id(), based_on_seq=based_on_seq)
+            self._commit(tx, state, transition)
+            outcome = transition.outcome
+            view = claim_view(outcome.spend, now) if isinstance(outcome, rules.ClaimGranted) else None
+            return wire.ClaimResult(**self._verdict(transition.state, now, outcome, claim=view))
+
+        return await self._change(channel_id, step)
+
+    async def speak(
+        self,
+        channel_id: str,
+        persona_id: str,
+        claim_id: str,
+        text: str,
+        *,
+        tier: Tier | None = None,
+        based_on_seq: int | None = None,
+    ) -> wire.SpeakResult:
+        self._require_persona(persona_id)
+
+        def step(tx: WriteTx, state: ChannelState) -> wire.SpeakResult:
+            now = tx.now()
+            replay = self._replayed_speech(tx, state, persona_id, claim_id, text=text, now=now)
+            if replay is not None:
+                return replay
+            transition = rules.speak(
+                state, self._author(persona_id), claim_id, text, now, tier=tier, based_on_seq=based_on_seq
+            )
+            self._commit(tx, state, transition)
+            outcome = transition.outcome
+            if isinstance(outcome, rules.SpeechGranted):
+                extra = {"message": message_view(outcome.message), "refunded": outcome.refunded}
+            else:
+                extra = {}
+            return wire.SpeakResult(**self._verdict(transition.state, now, outcome, **extra))
+
+        return await self._change(channel_id, step, spend_ids=[claim_id])
+
+    def _replayed_speech(
+        self, tx: WriteTx, state: ChannelState, persona_id: str, claim_id: str, *, text: str, now: float
+    ) -> wire.SpeakResult | None:
+        """A speak repeated after a lost answer gets the same answer, not a second message."""
+        spend = state.spend(claim_id)
+        if spend is None or spend.persona_id != persona_id or spend.state is not SpendState.SPOKEN:
+            return None
+        if spend.message_seq is None:
+            return None
+        message = tx.message(state.channel_id, spend.message_seq)
+        if message is None or message.text != text or message.retracted:
+            return None
+        return wire.SpeakResult(**self._verdict(state, now, None, message=message_view(message)))
+
+    async def release(self, channel_id: str, persona_id: str, claim_id: str) -> wire.ReleaseResult:
+        self._require_persona(persona_id)
+
+        def step(tx: WriteTx, state: ChannelState) -> wire.ReleaseResult:
+            now = tx.now()
+            transition = rules.release(state, persona_id, claim_id, now)
+            self._commit(tx, state, transition)
+            outcome = transition.outcome
+            assert isinstance(outcome, rules.Released)
+            return wire.ReleaseResult(
+                **self._verdict(transition.state, now, outcome, claim=claim_view(outcome.spend, now))
+            )
+
+        return await self._change(channel_id, step, spend_ids=[claim_id])
+
+    async def retract(self, channel_id: str, persona_id: str, seq: int) -> wire.RetractResult:
+        """Take back a granted message whose platform post failed, refunding its cost at once."""
+        self._require_persona(persona_id)
+
+        def step(tx: WriteTx, state: ChannelState) -> wire.RetractResult:
+            message = self._message(tx, channel_id, seq)
+            if message.spend_id:
+                state = tx.channel(channel_id, spend_ids=[message.spend_id]) or state
+            now = tx.now()
+            before = rules.level(state, now)
+            transition = rules.retract(state, persona_id, message, now)
+            self._commit(tx, state, transition)
+            after = rules.level(transition.state, now)
+            return wire.RetractResult(seq=seq, refunded=after - before, level=after)
+
+        return await self._change(channel_id, step)
+
+    async def link(self, channel_id: str, persona_id: str, seq: int, platform_message_id: str) -> wire.MessageView:
+        """Attach the platform's message id to a message the persona posted."""
+        self._require_persona(persona_id)
+
+        def step(tx: WriteTx, state: ChannelState) -> wire.MessageView:
+            message = self._message(tx, channel_id, seq)
+            other = tx.message_by_platform_id(channel_id, platform_message_id)
+            if other is not None and other.seq != seq:
+                raise InvalidRequest(
+                    f"platform message {platform_message_id} is already message {other.seq}",
+                    field="platform_message_id",
+                )
+            transition = rules.link_platform_id(state, persona_id, message, platform_message_id)
+            self._commit(tx, state, transition)
+            assert isinstance(transition.outcome, Message)
+            return message_view(transition.outcome)
+
+        return await self._change(channel_id, step)
+
+    def _message(self, tx: WriteTx, channel_id: str, seq: int) -> Message:
+        message = tx.message(channel_id, seq)
+        if message is None:
+            raise NotFound(f"no message {seq} in channel {channel_id}", field="seq", code="unknown_message")
+        return message
+
+    # --- observing --------------------------------------------------------------------------------------
+
+    async def record_message(
+        self,
+        channel_id: str,
+        *,
+        author_id: str,
+        author_name: str,
+        text: str,
+        author_kind: AuthorKind = AuthorKind.HUMAN,
+        platform_message_id: str | None = None,
+        mentions: Sequence[str] = (),
+    ) -> wire.ObserveResult:
+        """Record a message seen on the platform. Humans never pay; the same platform id is recorded once."""
+
+        def step(tx: WriteTx, state: ChannelState) -> wire.ObserveResult:
+            if platform_message_id is not None:
+                known = tx.message_by_platform_id(channel_id, platform_message_id)
+                if known is not None:
+                    return wire.ObserveResult(seq=known.seq, created=False)
+            addressed: tuple[str, ...] = ()
+            if author_kind is AuthorKind.HUMAN:
+                candidates = {pid: self._aliases.get(pid, ()) for pid in self.personas}
+                addressed = addressed_personas(text, candidates, mentions)
+            author = Author(author_id, author_name, author_kind)
+            now = tx.now()
+            transition = rules.observe(
+                state, author, text, now, platform_message_id=platform_message_id, addressed=addressed
+            )
+            self._commit(tx, state, transition)
+            assert isinstance(transition.outcome, Message)
+            return wire.ObserveResult(seq=transition.outcome.seq, created=True)
+
+        return await self._change(channel_id, step)
+
+    async def report_usage(
+        self, channel_id: str, persona_id: str, prompt_tokens: int, completion_tokens: int
+    ) -> wire.UsageResult:
+        self._require_persona(persona_id)
+
+        def step(tx: WriteTx, state: ChannelState) -> wire.UsageResult:
+            now = tx.now()
+            repo.add_usage(
+                tx.conn,
+                channel_id,
+                persona_id,
+                day=rules.utc_day(now),
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+            )
+            transition = rules.record_usage(state, prompt_tokens + completion_tokens, now)
+            tx.replace_state(transition.state)
+            return wire.UsageResult(
+                tokens_today=rules.tokens_today(transition.state, now),
+                daily_token_budget=state.settings.daily_token_budget,
+            )
+
+        return await self._change(channel_id, step)
+
+    async def register_persona(self, persona_id: str, display_name: str, aliases: Sequence[str] = ()) -> None:
+        """Remember a persona's names, so messages that name it give it the floor."""
+        self._require_persona(persona_id)
+
+        def step(tx: WriteTx) -> None:
+            repo.upsert_persona(tx.conn, persona_id, display_name, aliases, tx.now())
+            data = {"persona_id": persona_id, "display_name": display_name, "aliases": list(aliases)}
+            tx.emit(Event("", "persona", data))
+
+        await self._writer.run(step)
+
+    def on_event(self, event: Event) -> None:
+        """Keep the name cache current, also when another arbiter process registered the persona."""
+        if event.type == "persona":
+            persona_id = str(event.data["persona_id"])
+            self._remember(persona_id, str(event.data["display_name"]), tuple(event.data["aliases"]))
+
+    def _remember(self, persona_id: str, display_name: str, aliases: Sequence[str]) -> None:
+        self._names[persona_id] = display_name
+        self._aliases[persona_id] = (display_name, *aliases)
+
+    async def load_names(self) -> None:
+        names = await self._database.read(repo.persona_names)
+        for persona_id, (display_name, *aliases) in names.items():
+            self._remember(persona_id, display_name, aliases)
+
+    # --- reading ----------------------------------------------------------------------------------------
+
+    async def _read_state(self, channel_id: str, now: float) -> ChannelState:
+        state = self._writer.cached(channel_id)
+        if state is not None:
+            return state
+        state = await self._database.read(repo.load_channel, channel_id, now)
+        if state is None:
+            raise NotFound(f"unknown channel {channel_id}", field="channel_id", code="unknown_channel")
+        return state
+
+    async def status(self, channel_id: str, persona_id: str | None = None) -> wire.StatusView:
+        now = self.now()
+        state = await self._read_state(channel_id, now)
+        level = rules.level(state, now)
+        settings = state.settings
+        you = claim = None
+        if persona_id is not None:
+            policy = settings.policy(persona_id)
+            you = wire.PersonaView(enabled=policy.enabled, muted=policy.muted, display_name=self._names.get(persona_id))
+            held = state.claim_of(persona_id, now)
+            claim = None if held is None else claim_view(held, now)
+        priority = state.priority if state.priority is not None and now < state.priority.until else None
+        return wire.StatusView(
+            channel_id=channel_id,
+            now=now,
+            level=level,
+            capacity=settings.capacity,
+            enabled=settings.enabled,
+            paused=settings.paused,
+            topic=settings.topic,
+            tiers={
+                tier: wire.TierView(
+                    cost=rule.cost,
+                    max_length=rule.max_length,
+                    recovery_s=rule.recovery_s,
+                    affordable=rule.cost <= level,
+                )
+                for tier, rule in settings.tiers.items()
+            },
+            refunds=[wire.RefundView(at=at, amount=amount) for at, amount in _upcoming_refunds(state, now)],
+            bot_streak=state.bot_streak,
+            idle_cap=settings.idle_cap,
+            priority=sorted(priority.persona_ids) if priority else [],
+            priority_until=priority.until if priority else None,
+            tokens_today=rules.tokens_today(state, now),
+            daily_token_budget=settings.daily_token_budget,
+            last_seq=state.last_seq,
+            you=you,
+            claim=claim,
+        )
+
+    async def level_event(self, channel_id: str) -> Event:
+        now = self.now()
+        return self._level_event(await self._read_state(channel_id, now), now)
+
+    async def history(self, channel_id: str, *, after: int = 0, limit: int = 50) -> wire.HistoryPage:
+        await self._read_state(channel_id, self.now())
+        messages = await self._database.read(repo.history, channel_id, after, limit + 1)
+        page = messages[:limit]
+        return wire.HistoryPage(
+            channel_id=channel_id,
+            messages=[message_view(m) for m in page],
+            next_after=page[-1].seq if page else after,
+            has_more=len(messages) > limit,
+        )
+
+    async def recent(self, channel_id: str, limit: int) -> list[wire.MessageView]:
+        """The last ``limit`` messages, oldest first."""
+        return [message_view(m) for m in await self._database.read(repo.recent_history, channel_id, limit)]
+
+    # --- administration ---------------------------------------------------------------------------------
+
+    async def channels(self) -> wire.ChannelList:
+        rows = await self._database.read(repo.channel_ids)
+        return wire.ChannelList(
+            channels=[wire.ChannelSummary(channel_id=cid, enabled=enabled, last_seq=seq) for cid, enabled, seq in rows]
+        )
+
+    async def settings(self, channel_id: str) -> wire.SettingsView:
+        state = await self._read_state(channel_id, self.now())
+        return self._settings_view(state)
+
+    def _settings_view(self, state: ChannelState) -> wire.SettingsView:
+        names = {pid: self._names.get(pid, pid) for pid in self.personas}
+        return settings_view(state.channel_id, state.settings, names)
+
+    async def ensure_channel(self, channel_id: str, changes: Mapping[str, Any] | None = None) -> wire.SettingsView:
+        """Create the channel with the default settings (plus ``changes``) if it does not exist yet."""
+        settings = patch_settings(self._defaults, changes or {})
+
+        def run(tx: WriteTx) -> wire.SettingsView:
+            state = tx.channel(channel_id)
+            if state is not None:
+                return self._settings_view(state)
+            created = tx.create_channel(ChannelState(channel_id, settings))
+            view = self._settings_view(created)
+            tx.emit(Event(channel_id, "settings", {"settings": view.model_dump(mode="json")}))
+            return view
+
+        return await self._writer.run(run, (channel_id,))
+
+    async def update_settings(self, channel_id: str, changes: Mapping[str, Any]) -> wire.SettingsView:
+        """Change settings; the result is checked as a whole, and nothing changes if any part is invalid."""
+
+        def step(tx: WriteTx, state: ChannelState) -> wire.SettingsView:
+            return self._save_settings(tx, state, patch_settings(state.settings, changes))
+
+        return await self._change(channel_id, step)
+
+    async def set_persona(
+        self, channel_id: str, persona_id: str, *, enabled: bool | None = None, muted: bool | None = None
+    ) -> wire.SettingsView:
+        self._require_persona(persona_id)
+
+        def step(tx: WriteTx, state: ChannelState) -> wire.SettingsView:
+            policy = state.settings.policy(persona_id)
+            policy = PersonaPolicy(
+                enabled=policy.enabled if enabled is None else enabled, muted=policy.muted if muted is None else muted
+            )
+            return self._save_settings(tx, state, state.settings.with_policy(persona_id, policy))
+
+        return await self._change(channel_id, step)
+
+    def _save_settings(self, tx: WriteTx, state: ChannelState, settings: ChannelSettings) -> wire.SettingsView:
+        now = tx.now()
+        before = rules.level(state, now)
+        next_state = replace(state, settings=settings)
+        tx.replace_state(next_state)
+        view = self._settings_view(next_state)
+        tx.emit(Event(state.channel_id, "settings", {"settings": view.model_dump(mode="json")}))
+        if rules.level(next_state, now) != before or settings.capacity != state.settings.capacity:
+            tx.emit(self._level_event(next_state, now))
+        return view
+
+    async def clear_history(self, channel_id: str) -> int:
+        """Delete the channel's messages (settings and the spend ledger stay). Returns how many were deleted."""
+
+        def step(tx: WriteTx, state: ChannelState) -> int:
+            deleted = tx.delete_history(channel_id)
+            transition = rules.clear_history(state)
+            tx.replace_state(transition.state)
+            tx.emit(Event(channel_id, "cleared", {"last_seq": state.last_seq}))
+            return deleted
+
+        return await self._change(channel_id, step)

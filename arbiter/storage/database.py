@@ -1,0 +1,165 @@
+"""Database: SQLAlchemy engines behind two async calls, ``read(fn)`` and ``write(fn)``.
+
+``fn`` is plain SQLAlchemy Core code over a ``Connection``, written once for both databases:
+
+- PostgreSQL: an ``AsyncEngine`` on asyncpg; ``fn`` runs through ``AsyncConnection.run_sync``, each
+  statement a real async round trip.
+- SQLite: one write connection, used under a lock (the batch writer drives it from a thread of its own),
+  and a few reader threads. A whole transaction is one hop to a thread. (Measured on this project's
+  writer: aiosqlite, which hops to its thread for every cursor call, costs about 1,300 us of CPU per
+  batch; one hop per batch costs under 300 us.)
+
+Time spent waiting for the database never blocks the event loop either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from arbiter.core.errors import StorageError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ("Database", "normalize_url")
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def normalize_url(url: str) -> URL:
+    """Accept the URLs people write (sqlite:///x.db, postgresql://...) and pick the drivers we ship."""
+    try:
+        parsed = make_url(url)
+    except Exception as error:
+        raise StorageError(f"cannot read the database URL: {error}", code="bad_database_url") from None
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        return parsed.set(drivername="sqlite+pysqlite")
+    if backend == "postgresql":
+        return parsed.set(drivername="postgresql+asyncpg")
+    raise StorageError(
+        f"unsupported database {backend!r}: use sqlite:///path.db or postgresql://user@host/db",
+        code="bad_database_url",
+    )
+
+
+class Database:
+    """Use :meth:`open`; close with :meth:`dispose`."""
+
+    def __init__(self, url: URL) -> None:
+        self.url = url
+
+    @property
+    def dialect(self) -> str:
+        return self.url.get_backend_name()
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.dialect == "sqlite"
+
+    @staticmethod
+    def open(url: str, *, pool_size: int = 8) -> Database:
+        parsed = normalize_url(url)
+        if parsed.get_backend_name() == "sqlite":
+            return SqliteDatabase(parsed)
+        return PostgresDatabase(parsed, pool_size=pool_size)
+
+    async def read(self, fn: Callable[..., T], *args: Any) -> T:
+        raise NotImplementedError
+
+    async def write(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(connection, *args)`` in a transaction that commits when it returns."""
+        raise NotImplementedError
+
+    async def dispose(self) -> None:
+        raise NotImplementedError
+
+
+class PostgresDatabase(Database):
+    def __init__(self, url: URL, *, pool_size: int) -> None:
+        super().__init__(url)
+        self.engine: AsyncEngine = create_async_engine(
+            url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
+        )
+
+    async def read(self, fn: Callable[..., T], *args: Any) -> T:
+        async with self.engine.connect() as conn:
+            return await conn.run_sync(fn, *args)
+
+    async def write(self, fn: Callable[..., T], *args: Any) -> T:
+        async with self.engine.begin() as conn:
+            return await conn.run_sync(fn, *args)
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()
+
+
+class SqliteDatabase(Database):
+    def __init__(self, url: URL, *, readers: int = 2) -> None:
+        super().__init__(url)
+        self.engine: Engine = create_engine(
+            url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=readers + 1, max_overflow=0
+        )
+        event.listen(self.engine, "connect", _on_connect)
+        event.listen(self.engine, "begin", _on_begin)
+        self._readers = concurrent.futures.ThreadPoolExecutor(readers, thread_name_prefix="aizuchi-sqlite-reader")
+        # SQLite has one writer at a time anyway: one connection, kept open, used under a lock.
+        self._write_lock = threading.Lock()
+        self._write_conn: Connection | None = None
+
+    async def read(self, fn: Callable[..., T], *args: Any) -> T:
+        def run() -> T:
+            with self.engine.connect() as conn:
+                result = fn(conn, *args)
+                conn.rollback()
+                return result
+
+        return await asyncio.get_running_loop().run_in_executor(self._readers, run)
+
+    def write_blocking(self, fn: Callable[..., T], *args: Any) -> T:
+        """:meth:`write` for a thread of its own (the batch writer's); blocks until committed."""
+        with self._write_lock:
+            if self._write_conn is None:
+                self._write_conn = self.engine.connect().execution_options(aizuchi_writer=True)
+            with self._write_conn.begin():
+                return fn(self._write_conn, *args)
+
+    async def write(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._readers, self.write_blocking, fn, *args)
+
+    async def dispose(self) -> None:
+        def close_writer() -> None:
+            with self._write_lock:
+                if self._write_conn is not None:
+                    self._write_conn.close()
+                    self._write_conn = None
+
+        await asyncio.get_running_loop().run_in_executor(self._readers, close_writer)
+        self._readers.shutdown(wait=True)
+        self.engine.dispose()
+
+
+def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+    # Take transaction control from the driver so BEGIN is ours (the SQLAlchemy-documented recipe).
+    dbapi_connection.isolation_level = None
+    # WAL lets readers work while the writer commits; NORMAL syncs at checkpoints, which survives a crash
+    # of the process (not of the machine) without an fsync per transaction.
+    dbapi_connection.execute("PRAGMA journal_mode=WAL")
+    dbapi_connection.execute("PRAGMA synchronous=NORMAL")
+    dbapi_connection.execute("PRAGMA busy_timeout=30000")
+
+
+def _on_begin(connection: Connection) -> None:
+    # The writer takes the write lock before it reads, so no other writer can slip in between.
+    writer = connection.get_execution_options().get("aizuchi_writer", False)
+    connection.exec_driver_sql("BEGIN IMMEDIATE" if writer else "BEGIN")

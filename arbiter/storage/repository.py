@@ -1,0 +1,470 @@
+"""Queries over the tables, speaking only in core models. Every function takes an open ``Connection``.
+
+Plain (synchronous) SQLAlchemy Core: ``Database.read`` and ``Database.write`` run these functions on either
+database. Core statements rather than ORM sessions, because the writer runs thousands of them a second.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, Row, Table, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from arbiter.core.ledger import split
+from arbiter.core.models import (
+    AuthorKind,
+    ChannelSettings,
+    ChannelState,
+    Message,
+    PersonaPolicy,
+    Priority,
+    Spend,
+    SpendState,
+    Tier,
+    TierRule,
+)
+from arbiter.storage.tables import ChannelRow, MessageRow, PersonaRow, SpendRow, UsageRow
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Iterable, Sequence
+
+__all__ = (
+    "ChannelSummary",
+    "PersonaNames",
+    "add_usage",
+    "channel_ids",
+    "delete_history",
+    "history",
+    "insert_channel",
+    "insert_messages",
+    "insert_spends",
+    "load_channel",
+    "load_channels",
+    "message",
+    "message_by_platform_id",
+    "persona_names",
+    "save_channels",
+    "spends_by_id",
+    "update_messages",
+    "update_spends",
+    "upsert_persona",
+    "usage",
+)
+
+channels: Table = ChannelRow.__table__  # type: ignore[assignment]
+spends: Table = SpendRow.__table__  # type: ignore[assignment]
+messages: Table = MessageRow.__table__  # type: ignore[assignment]
+token_usage: Table = UsageRow.__table__  # type: ignore[assignment]
+personas: Table = PersonaRow.__table__  # type: ignore[assignment]
+
+ChannelSummary = tuple[str, bool, int]  # id, enabled, last_seq
+
+# The writer's statements, built once: building a statement costs more than running it on SQLite, and a
+# reused statement also reuses its memoized cache key.
+_STATE_COLUMNS = (
+    "last_seq",
+    "bot_streak",
+    "last_human_seq",
+    "last_human_at",
+    "priority",
+    "recent_substantive",
+    "tokens_day",
+    "tokens_used",
+    "updated_at",
+)
+_SETTINGS_COLUMNS = (
+    "capacity",
+    "tiers",
+    "enabled",
+    "paused",
+    "idle_cap",
+    "daily_token_budget",
+    "topic",
+    "claim_ttl_s",
+    "priority_window_s",
+    "human_hold_s",
+    "stale_tolerance",
+    "personas_enabled_by_default",
+    "personas",
+)
+_SPEND_CHANGES = ("tier", "cost", "state", "refund_at", "message_seq")
+_MESSAGE_CHANGES = ("text", "platform_message_id", "retracted")
+
+
+def _by_key(table: Table, key: str, names: Sequence[str]) -> Any:
+    return update(table).where(table.c[key] == bindparam(f"b_{key}")).values({n: bindparam(n) for n in names})
+
+
+_SAVE_STATE = _by_key(channels, "id", _STATE_COLUMNS)
+_SAVE_ALL = _by_key(channels, "id", (*_STATE_COLUMNS, *_SETTINGS_COLUMNS))
+_INSERT_SPENDS = insert(spends)
+_UPDATE_SPENDS = _by_key(spends, "id", _SPEND_CHANGES)
+_INSERT_MESSAGES = insert(messages)
+_UPDATE_MESSAGES = (
+    update(messages)
+    .where(messages.c.channel_id == bindparam("b_channel_id"), messages.c.seq == bindparam("b_seq"))
+    .values({name: bindparam(name) for name in _MESSAGE_CHANGES})
+)
+PersonaNames = dict[str, tuple[str, ...]]  # id -> display name and aliases
+
+
+# --- mapping --------------------------------------------------------------------------------------------
+
+
+def _settings_columns(settings: ChannelSettings) -> dict[str, Any]:
+    return {
+        "capacity": settings.capacity,
+        "tiers": {
+            str(tier): {"cost": rule.cost, "max_length": rule.max_length, "recovery_s": rule.recovery_s}
+            for tier, rule in settings.tiers.items()
+        },
+        "enabled": settings.enabled,
+        "paused": settings.paused,
+        "idle_cap": settings.idle_cap,
+        "daily_token_budget": settings.daily_token_budget,
+        "topic": settings.topic,
+        "claim_ttl_s": settings.claim_ttl_s,
+        "priority_window_s": settings.priority_window_s,
+        "human_hold_s": settings.human_hold_s,
+        "stale_tolerance": settings.stale_tolerance,
+        "personas_enabled_by_default": settings.personas_enabled_by_default,
+        "personas": {pid: {"enabled": p.enabled, "muted": p.muted} for pid, p in sorted(settings.personas.items())},
+    }
+
+
+def _state_columns(state: ChannelState) -> dict[str, Any]:
+    priority = state.priority
+    return {
+        "last_seq": state.last_seq,
+        "bot_streak": state.bot_streak,
+        "last_human_seq": state.last_human_seq,
+        "last_human_at": state.last_human_at,
+        "priority": None
+        if priority is None
+        else {"persona_ids": sorted(priority.persona_ids), "until": priority.until},
+        "recent_substantive": list(state.recent_substantive),
+        "tokens_day": state.tokens_day,
+        "tokens_used": state.tokens_used,
+    }
+
+
+def _settings_from(row: Row[Any]) -> ChannelSettings:
+    return ChannelSettings(
+        capacity=row.capacity,
+        tiers={Tier(name): TierRule(**rule) for name, rule in row.tiers.items()},
+        enabled=row.enabled,
+        paused=row.paused,
+        idle_cap=row.idle_cap,
+        daily_token_budget=row.daily_token_budget,
+        topic=row.topic,
+        claim_ttl_s=row.claim_ttl_s,
+        priority_window_s=row.priority_window_s,
+        human_hold_s=row.human_hold_s,
+        stale_tolerance=row.stale_tolerance,
+        personas_enabled_by_default=row.personas_enabled_by_default,
+        personas={pid: PersonaPolicy(**policy) for pid, policy in row.personas.items()},
+    )
+
+
+def _spend_from(row: Row[Any]) -> Spend:
+    return Spend(
+        id=row.id,
+        persona_id=row.persona_id,
+        tier=Tier(row.tier),
+        cost=row.cost,
+        state=SpendState(row.state),
+        created_at=row.created_at,
+        refund_at=row.refund_at,
+        message_seq=row.message_seq,
+    )
+
+
+def _spend_columns(channel_id: str, spend: Spend) -> dict[str, Any]:
+    return {
+        "id": spend.id,
+        "channel_id": channel_id,
+        "persona_id": spend.persona_id,
+        "tier": str(spend.tier),
+        "cost": spend.cost,
+        "state": str(spend.state),
+        "created_at": spend.created_at,
+        "refund_at": spend.refund_at,
+        "message_seq": spend.message_seq,
+    }
+
+
+def _message_from(row: Row[Any]) -> Message:
+    return Message(
+        channel_id=row.channel_id,
+        seq=row.seq,
+        author_id=row.author_id,
+        author_kind=AuthorKind(row.author_kind),
+        author_name=row.author_name,
+        text=row.text,
+        created_at=row.created_at,
+        tier=None if row.tier is None else Tier(row.tier),
+        cost=row.cost,
+        platform_message_id=row.platform_message_id,
+        spend_id=row.spend_id,
+        retracted=row.retracted,
+        addressed=tuple(row.addressed),
+    )
+
+
+def _message_columns(message: Message) -> dict[str, Any]:
+    return {
+        "channel_id": message.channel_id,
+        "seq": message.seq,
+        "author_id": message.author_id,
+        "author_kind": str(message.author_kind),
+        "author_name": message.author_name,
+        "text": message.text,
+        "created_at": message.created_at,
+        "tier": None if message.tier is None else str(message.tier),
+        "cost": message.cost,
+        "platform_message_id": message.platform_message_id,
+        "spend_id": message.spend_id,
+        "retracted": message.retracted,
+        "addressed": list(message.addressed),
+    }
+
+
+# --- channels -------------------------------------------------------------------------------------------
+
+
+def load_channel(
+    conn: Connection, channel_id: str, now: float, *, lock: bool = False, spend_ids: Iterable[str] = ()
+) -> ChannelState | None:
+    """The channel's state with its active spends (and any spends named), or None if it does not exist."""
+    return load_channels(conn, [channel_id], now, lock=lock, spend_ids=spend_ids).get(channel_id)
+
+
+def load_channels(
+    conn: Connection, channel_ids: Sequence[str], now: float, *, lock: bool = False, spend_ids: Iterable[str] = ()
+) -> dict[str, ChannelState]:
+    """Several channels' states in two queries. With ``lock`` their rows are locked for the transaction, in id
+    order, so two processes locking overlapping sets cannot deadlock (FOR UPDATE on PostgreSQL; on SQLite the
+    writer's transaction holds the database's write lock)."""
+    ids = sorted(set(channel_ids))
+    query = select(channels).where(channels.c.id.in_(ids)).order_by(channels.c.id)
+    if lock:
+        query = query.with_for_update()
+    rows = conn.execute(query).all()
+    if not rows:
+        return {}
+    wanted = list(spend_ids)
+    condition = spends.c.refund_at > now
+    if wanted:
+        condition = or_(condition, spends.c.id.in_(wanted))
+    by_channel: dict[str, list[Spend]] = {}
+    for spend in conn.execute(select(spends).where(spends.c.channel_id.in_([row.id for row in rows]), condition)):
+        by_channel.setdefault(spend.channel_id, []).append(_spend_from(spend))
+    return {row.id: _state_from(row, by_channel.get(row.id, ())) for row in rows}
+
+
+def _state_from(row: Row[Any], channel_spends: Iterable[Spend]) -> ChannelState:
+    ordinary, claims = split(channel_spends)
+    priority = None
+    if row.priority:
+        priority = Priority(frozenset(row.priority["persona_ids"]), row.priority["until"])
+    return ChannelState(
+        channel_id=row.id,
+        settings=_settings_from(row),
+        spends=ordinary,
+        claims=claims,
+        last_seq=row.last_seq,
+        bot_streak=row.bot_streak,
+        last_human_seq=row.last_human_seq,
+        last_human_at=row.last_human_at,
+        priority=priority,
+        recent_substantive=tuple(row.recent_substantive),
+        tokens_day=row.tokens_day,
+        tokens_used=row.tokens_used,
+    )
+
+
+def _upsert(conn: Connection, table: Table) -> Any:
+    """An INSERT that can say what to do on a key conflict, in the connection's dialect."""
+    dialect_insert = postgresql_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    return dialect_insert(table)
+
+
+def insert_channel(conn: Connection, state: ChannelState, now: float) -> bool:
+    """Create the channel unless it exists (another process may create it at the same moment)."""
+    values = {"id": state.channel_id, **_settings_columns(state.settings), **_state_columns(state)}
+    statement = _upsert(conn, channels).values(created_at=now, updated_at=now, **values)
+    return conn.execute(statement.on_conflict_do_nothing(index_elements=["id"])).rowcount == 1
+
+
+def save_channels(
+    conn: Connection, states: Sequence[ChannelState], now: float, *, with_settings: Collection[str] = ()
+) -> None:
+    """Write the channels' counters; their settings only for the ids in ``with_settings`` (they rarely change)."""
+    settings_changed = set(with_settings)
+    plain = [
+        {"b_id": state.channel_id, "updated_at": now, **_state_columns(state)}
+        for state in states
+        if state.channel_id not in settings_changed
+    ]
+    full = [
+        {"b_id": state.channel_id, "updated_at": now, **_state_columns(state), **_settings_columns(state.settings)}
+        for state in states
+        if state.channel_id in settings_changed
+    ]
+    if plain:
+        conn.execute(_SAVE_STATE, plain)
+    if full:
+        conn.execute(_SAVE_ALL, full)
+
+
+def channel_ids(conn: Connection) -> list[ChannelSummary]:
+    rows = conn.execute(select(channels.c.id, channels.c.enabled, channels.c.last_seq).order_by(channels.c.id))
+    return [(row.id, row.enabled, row.last_seq) for row in rows]
+
+
+# --- spends and messages --------------------------------------------------------------------------------
+
+
+def insert_spends(conn: Connection, new: Sequence[tuple[str, Spend]]) -> None:
+    """Insert (channel id, spend) pairs."""
+    if new:
+        conn.execute(_INSERT_SPENDS, [_spend_columns(channel_id, spend) for channel_id, spend in new])
+
+
+def update_spends(conn: Connection, changed: Sequence[Spend]) -> None:
+    if changed:
+        rows = [
+            {
+                "b_id": spend.id,
+                "tier": str(spend.tier),
+                "cost": spend.cost,
+                "state": str(spend.state),
+                "refund_at": spend.refund_at,
+                "message_seq": spend.message_seq,
+            }
+            for spend in changed
+        ]
+        conn.execute(_UPDATE_SPENDS, rows)
+
+
+def spends_by_id(conn: Connection, channel_id: str, ids: Sequence[str]) -> list[Spend]:
+    query = select(spends).where(spends.c.channel_id == channel_id, spends.c.id.in_(list(ids)))
+    return [_spend_from(row) for row in conn.execute(query)]
+
+
+def insert_messages(conn: Connection, new: Sequence[Message]) -> None:
+    if new:
+        conn.execute(_INSERT_MESSAGES, [_message_columns(message) for message in new])
+
+
+def update_messages(conn: Connection, changed: Sequence[Message]) -> None:
+    if changed:
+        rows = [
+            {
+                "b_channel_id": message.channel_id,
+                "b_seq": message.seq,
+                "text": message.text,
+                "platform_message_id": message.platform_message_id,
+                "retracted": message.retracted,
+            }
+            for message in changed
+        ]
+        conn.execute(_UPDATE_MESSAGES, rows)
+
+
+def message(conn: Connection, channel_id: str, seq: int) -> Message | None:
+    row = (conn.execute(select(messages).where(messages.c.channel_id == channel_id, messages.c.seq == seq))).first()
+    return None if row is None else _message_from(row)
+
+
+def message_by_platform_id(conn: Connection, channel_id: str, platform_message_id: str) -> Message | None:
+    query = select(messages).where(
+        messages.c.channel_id == channel_id, messages.c.platform_message_id == platform_message_id
+    )
+    row = (conn.execute(query)).first()
+    return None if row is None else _message_from(row)
+
+
+def history(conn: Connection, channel_id: str, after: int, limit: int) -> list[Message]:
+    """Messages after seq ``after``, oldest first; retracted ones are not part of the conversation."""
+    query = (
+        select(messages)
+        .where(messages.c.channel_id == channel_id, messages.c.seq > after, messages.c.retracted.is_(False))
+        .order_by(messages.c.seq)
+        .limit(limit)
+    )
+    return [_message_from(row) for row in conn.execute(query)]
+
+
+def recent_history(conn: Connection, channel_id: str, limit: int) -> list[Message]:
+    """The last ``limit`` messages, oldest first."""
+    query = (
+        select(messages)
+        .where(messages.c.channel_id == channel_id, messages.c.retracted.is_(False))
+        .order_by(messages.c.seq.desc())
+        .limit(limit)
+    )
+    return [_message_from(row) for row in reversed((conn.execute(query)).all())]
+
+
+def delete_history(conn: Connection, channel_id: str) -> int:
+    result = conn.execute(delete(messages).where(messages.c.channel_id == channel_id))
+    return result.rowcount
+
+
+# --- usage and personas ---------------------------------------------------------------------------------
+
+
+def add_usage(
+    conn: Connection, channel_id: str, persona_id: str, *, day: int, prompt_tokens: int, completion_tokens: int
+) -> None:
+    key = (
+        token_usage.c.channel_id == channel_id,
+        token_usage.c.persona_id == persona_id,
+        token_usage.c.day == day,
+    )
+    result = conn.execute(
+        update(token_usage)
+        .where(*key)
+        .values(
+            prompt_tokens=token_usage.c.prompt_tokens + prompt_tokens,
+            completion_tokens=token_usage.c.completion_tokens + completion_tokens,
+            requests=token_usage.c.requests + 1,
+        )
+    )
+    # The channel row is locked by the caller, so no one else can insert this key in between.
+    if result.rowcount == 0:
+        conn.execute(
+            insert(token_usage).values(
+                channel_id=channel_id,
+                persona_id=persona_id,
+                day=day,
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+                requests=1,
+            )
+        )
+
+
+def usage(conn: Connection, channel_id: str, day: int) -> dict[str, tuple[int, int, int]]:
+    """Per persona: prompt tokens, completion tokens, requests, for one UTC day."""
+    rows = conn.execute(select(token_usage).where(token_usage.c.channel_id == channel_id, token_usage.c.day == day))
+    return {row.persona_id: (row.prompt_tokens, row.completion_tokens, row.requests) for row in rows}
+
+
+def upsert_persona(conn: Connection, persona_id: str, display_name: str, aliases: Sequence[str], now: float) -> None:
+    values = {"display_name": display_name, "aliases": list(aliases), "updated_at": now}
+    statement = _upsert(conn, personas).values(id=persona_id, **values)
+    conn.execute(statement.on_conflict_do_update(index_elements=["id"], set_=values))
+
+
+def persona_names(conn: Connection) -> PersonaNames:
+    rows = conn.execute(select(personas.c.id, personas.c.display_name, personas.c.aliases))
+    return {row.id: (row.display_name, *row.aliases) for row in rows}
+
+
+def count_messages(conn: Connection, channel_id: str) -> int:
+    query = select(func.count()).select_from(messages).where(messages.c.channel_id == channel_id)
+    return int((conn.execute(query)).scalar_one())

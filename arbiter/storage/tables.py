@@ -1,0 +1,121 @@
+"""The database schema as SQLAlchemy 2 typed models. Alembic migrations are generated from these.
+
+Times are POSIX seconds in DOUBLE columns: the rules compute with numbers, SQLite has no timestamp type,
+and one representation on both databases keeps the queries identical.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from sqlalchemy import JSON, BigInteger, Double, Index, Integer, MetaData, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = ("Base", "ChannelRow", "MessageRow", "PersonaRow", "SpendRow", "UsageRow")
+
+ID = String(64)
+
+# Stable constraint names, so migrations can name what they alter on both SQLite and PostgreSQL.
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON, float: Double, str: Text}
+
+
+class ChannelRow(Base):
+    """A channel's settings and the counters the rules need, locked as one row per operation."""
+
+    __tablename__ = "channels"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    capacity: Mapped[int]
+    tiers: Mapped[dict[str, Any]]
+    enabled: Mapped[bool]
+    paused: Mapped[bool]
+    idle_cap: Mapped[int]
+    daily_token_budget: Mapped[int | None] = mapped_column(BigInteger)
+    topic: Mapped[str]
+    claim_ttl_s: Mapped[float]
+    priority_window_s: Mapped[float]
+    human_hold_s: Mapped[float]
+    stale_tolerance: Mapped[int]
+    personas_enabled_by_default: Mapped[bool]
+    personas: Mapped[dict[str, Any]]
+    last_seq: Mapped[int] = mapped_column(BigInteger)
+    bot_streak: Mapped[int]
+    last_human_seq: Mapped[int] = mapped_column(BigInteger)
+    last_human_at: Mapped[float | None]
+    priority: Mapped[dict[str, Any] | None]
+    recent_substantive: Mapped[list[Any]]
+    tokens_day: Mapped[int]
+    tokens_used: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[float]
+    updated_at: Mapped[float]
+
+
+class SpendRow(Base):
+    """The spend ledger. A row is active while refund_at is in the future; the level is derived from those."""
+
+    __tablename__ = "spends"
+    __table_args__ = (Index(None, "channel_id", "refund_at"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    channel_id: Mapped[str] = mapped_column(ID)
+    persona_id: Mapped[str] = mapped_column(ID)
+    tier: Mapped[str] = mapped_column(String(16))
+    cost: Mapped[int]
+    state: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[float]
+    refund_at: Mapped[float]
+    message_seq: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class MessageRow(Base):
+    __tablename__ = "messages"
+    __table_args__ = (UniqueConstraint("channel_id", "platform_message_id"),)
+
+    channel_id: Mapped[str] = mapped_column(ID, primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    author_id: Mapped[str] = mapped_column(ID)
+    author_kind: Mapped[str] = mapped_column(String(16))
+    author_name: Mapped[str] = mapped_column(String(80))
+    text: Mapped[str]
+    created_at: Mapped[float]
+    tier: Mapped[str | None] = mapped_column(String(16))
+    cost: Mapped[int]
+    platform_message_id: Mapped[str | None] = mapped_column(String(64))
+    spend_id: Mapped[str | None] = mapped_column(String(40))
+    retracted: Mapped[bool]
+    addressed: Mapped[list[Any]]
+
+
+class UsageRow(Base):
+    """Tokens reported by personas, per channel, persona and UTC day."""
+
+    __tablename__ = "token_usage"
+
+    channel_id: Mapped[str] = mapped_column(ID, primary_key=True)
+    persona_id: Mapped[str] = mapped_column(ID, primary_key=True)
+    day: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)  # proleptic ordinal, UTC
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger)
+    requests: Mapped[int]
+
+
+class PersonaRow(Base):
+    """Names a persona registered under, so the arbiter can tell when a message addresses it."""
+
+    __tablename__ = "personas"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    display_name: Mapped[str] = mapped_column(String(80))
+    aliases: Mapped[list[Any]]
+    updated_at: Mapped[float]

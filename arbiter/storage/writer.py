@@ -1,0 +1,433 @@
+"""The single writer: every change to a channel runs here, in batches, one transaction per batch.
+
+Why batches: concurrent requests queue up while a transaction commits; the next transaction takes all of
+them at once, so BEGIN/COMMIT and the trip to the database are shared. Each operation still sees the state
+left by the one before it, and its caller hears back only after the commit: nothing is acknowledged that a
+crash could lose. Writes are staged and flushed with one ``executemany`` per table at the end of the batch.
+
+Why it is safe across processes: the first touch of a channel in a transaction locks its row
+(SELECT ... FOR UPDATE on PostgreSQL) and its state is read inside that lock. On SQLite one process owns
+the file (``arbiter.storage.lock``), so the writer keeps each channel's committed state in memory and skips
+the reads; its transactions begin with BEGIN IMMEDIATE all the same.
+
+Steps are synchronous functions of a :class:`WriteTx`. On SQLite the whole batch runs on the database's
+writer thread, so a step must not touch the event loop: it reads, decides (the pure core), applies, and
+returns a value; events it emits are published on the loop after the commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from sqlalchemy import Connection, text
+from sqlalchemy.exc import SQLAlchemyError
+
+from arbiter.core.errors import ArbiterError, StorageError
+from arbiter.core.ledger import active, split
+from arbiter.events import Event
+from arbiter.storage import repository as repo
+from arbiter.storage.database import Database, SqliteDatabase
+
+if TYPE_CHECKING:
+    from arbiter.core.models import ChannelState, Message, Spend
+    from arbiter.core.rules import Transition
+
+__all__ = ("BatchWriter", "Clock", "WriteTx", "pg_notify")
+
+_log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+Clock = Callable[[], float]
+Notifier = Callable[[Connection, Sequence[Event]], None]
+Step = Callable[["WriteTx"], R]
+
+
+class _Staged:
+    """Writes of one batch, merged so each row is written once."""
+
+    def __init__(self) -> None:
+        self.new_spends: dict[str, tuple[str, Spend]] = {}
+        self.changed_spends: dict[str, Spend] = {}
+        self.new_messages: dict[tuple[str, int], Message] = {}
+        self.changed_messages: dict[tuple[str, int], Message] = {}
+        self.by_platform_id: dict[tuple[str, str], Message] = {}
+
+    def add(self, transition: Transition) -> None:
+        channel_id = transition.state.channel_id
+        for spend in transition.new_spends:
+            self.new_spends[spend.id] = (channel_id, spend)
+        for spend in transition.changed_spends:
+            if spend.id in self.new_spends:
+                self.new_spends[spend.id] = (channel_id, spend)
+            else:
+                self.changed_spends[spend.id] = spend
+        for message in transition.new_messages:
+            self._index(message)
+            self.new_messages[(message.channel_id, message.seq)] = message
+        for message in transition.changed_messages:
+            self._index(message)
+            key = (message.channel_id, message.seq)
+            if key in self.new_messages:
+                self.new_messages[key] = message
+            else:
+                self.changed_messages[key] = message
+
+    def _index(self, message: Message) -> None:
+        if message.platform_message_id is not None:
+            self.by_platform_id[(message.channel_id, message.platform_message_id)] = message
+
+    def message(self, channel_id: str, seq: int) -> Message | None:
+        key = (channel_id, seq)
+        return self.changed_messages.get(key) or self.new_messages.get(key)
+
+    def drop_messages(self, channel_id: str) -> None:
+        for table in (self.new_messages, self.changed_messages):
+            for seq_key in [key for key in table if key[0] == channel_id]:
+                del table[seq_key]
+        for platform_key in [key for key in self.by_platform_id if key[0] == channel_id]:
+            del self.by_platform_id[platform_key]
+
+    def flush(self, conn: Connection) -> None:
+        repo.insert_spends(conn, list(self.new_spends.values()))
+        repo.update_spends(conn, list(self.changed_spends.values()))
+        repo.insert_messages(conn, list(self.new_messages.values()))
+        repo.update_messages(conn, list(self.changed_messages.values()))
+
+
+class WriteTx:
+    """The open transaction as one step sees it: the channel's current state, lookups, and apply.
+
+    A step reads what it needs, decides (the pure core), then calls :meth:`apply` once. Raising an
+    ``ArbiterError`` before apply leaves no trace in the batch.
+    """
+
+    def __init__(self, conn: Connection, clock: Clock, cache: dict[str, ChannelState] | None) -> None:
+        self.conn = conn
+        self._clock = clock
+        self._loaded_at = clock()
+        self._cache = cache
+        self.states: dict[str, ChannelState] = {}
+        self._dirty: set[str] = set()
+        self._settings_dirty: set[str] = set()
+        self._staged = _Staged()
+        self.events: list[Event] = []
+        self._step_events: list[Event] = []
+
+    def now(self) -> float:
+        return self._clock()
+
+    def _prefetch(self, channel_ids: Iterable[str]) -> None:
+        """Lock and load, in one go and in id order, the channels the batch's steps said they will touch."""
+        missing = [cid for cid in set(channel_ids) if cid not in self.states]
+        if self._cache is not None:
+            for channel_id in list(missing):
+                cached = self._cache.get(channel_id)
+                if cached is not None:
+                    self.states[channel_id] = without_expired(cached, self._loaded_at)
+                    missing.remove(channel_id)
+        if missing:
+            self.states.update(repo.load_channels(self.conn, missing, self._loaded_at, lock=True))
+
+    def channel(self, channel_id: str, *, spend_ids: Iterable[str] = ()) -> ChannelState | None:
+        """The channel's current state, locked for the rest of the batch; None if it does not exist."""
+        wanted = [spend_id for spend_id in spend_ids if spend_id]
+        state = self.states.get(channel_id)
+        if state is None and self._cache is not None:
+            cached = self._cache.get(channel_id)
+            state = None if cached is None else without_expired(cached, self._loaded_at)
+        if state is None:
+            state = repo.load_channel(self.conn, channel_id, self._loaded_at, lock=True, spend_ids=wanted)
+            if state is None:
+                return None
+        missing = [spend_id for spend_id in wanted if state.spend(spend_id) is None]
+        if missing:
+            spends, claims = split([*state.spends, *state.claims, *repo.spends_by_id(self.conn, channel_id, missing)])
+            state = replace(state, spends=spends, claims=claims)
+        self.states[channel_id] = state
+        return state
+
+    def message(self, channel_id: str, seq: int) -> Message | None:
+        staged = self._staged.message(channel_id, seq)
+        return staged if staged is not None else repo.message(self.conn, channel_id, seq)
+
+    def message_by_platform_id(self, channel_id: str, platform_message_id: str) -> Message | None:
+        staged = self._staged.by_platform_id.get((channel_id, platform_message_id))
+        if staged is not None:
+            return staged
+        return repo.message_by_platform_id(self.conn, channel_id, platform_message_id)
+
+    def delete_history(self, channel_id: str) -> int:
+        """Delete the channel's messages, including any staged earlier in this batch."""
+        self._staged.drop_messages(channel_id)
+        return repo.delete_history(self.conn, channel_id)
+
+    def create_channel(self, state: ChannelState) -> ChannelState:
+        """Create the channel, or return the one another process created a moment ago."""
+        if repo.insert_channel(self.conn, state, self.now()):
+            self.states[state.channel_id] = state
+            return state
+        existing = self.channel(state.channel_id)
+        assert existing is not None
+        return existing
+
+    def apply(self, transition: Transition) -> None:
+        """Stage what a transition changed; everything is written at the end of the batch."""
+        self._staged.add(transition)
+        self.replace_state(transition.state)
+
+    def replace_state(self, state: ChannelState) -> None:
+        previous = self.states.get(state.channel_id)
+        if previous is None or previous.settings is not state.settings:
+            self._settings_dirty.add(state.channel_id)
+        self.states[state.channel_id] = state
+        self._dirty.add(state.channel_id)
+
+    def emit(self, *events: Event) -> None:
+        self._step_events.extend(events)
+
+    def _end_step(self, *, keep: bool) -> None:
+        if keep:
+            self.events.extend(self._step_events)
+        self._step_events.clear()
+
+    def _finish(self) -> None:
+        self._staged.flush(self.conn)
+        dirty = [self.states[channel_id] for channel_id in sorted(self._dirty)]
+        repo.save_channels(self.conn, dirty, self.now(), with_settings=self._settings_dirty)
+
+
+def without_expired(state: ChannelState, now: float) -> ChannelState:
+    """Drop what was refunded by ``now`` (spends are sorted, so a look at the front says whether any are)."""
+    spends_expired = bool(state.spends) and state.spends[0].refund_at <= now
+    claims_expired = any(claim.refund_at <= now for claim in state.claims)
+    if not spends_expired and not claims_expired:
+        return state
+    return replace(
+        state,
+        spends=active(state.spends, now) if spends_expired else state.spends,
+        claims=tuple(claim for claim in state.claims if claim.refund_at > now) if claims_expired else state.claims,
+    )
+
+
+class _Op(Generic[R]):
+    __slots__ = ("channel_ids", "future", "step")
+
+    def __init__(self, step: Step[R], future: asyncio.Future[R], channel_ids: Sequence[str]) -> None:
+        self.step = step
+        self.future = future
+        self.channel_ids = channel_ids
+
+
+class _StepFailed(Exception):
+    def __init__(self, index: int, error: ArbiterError) -> None:
+        super().__init__(str(error))
+        self.index = index
+        self.error = error
+
+
+_Outcomes = list[tuple[_Op[Any], Any]]
+_STOP = object()
+
+
+class BatchWriter:
+    """Runs steps in batches. On SQLite a thread of its own drives the batches back to back, so the database
+    never waits for the event loop between two transactions; on PostgreSQL an asyncio task does."""
+
+    def __init__(
+        self,
+        database: Database,
+        clock: Clock,
+        publish: Callable[[Sequence[Event]], None],
+        *,
+        notifier: Notifier | None = None,
+        owns_database: bool = False,
+        max_batch: int = 256,
+    ) -> None:
+        """``owns_database``: no other process writes this database, so committed states may be cached."""
+        self._database = database
+        self._clock = clock
+        self._publish = publish
+        self._notifier = notifier
+        self._max_batch = max_batch
+        self._cache: dict[str, ChannelState] | None = {} if owns_database else None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closing = False
+        # SQLite: a thread and a thread-safe queue. PostgreSQL: a task and a list.
+        self._thread: threading.Thread | None = None
+        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._task: asyncio.Task[None] | None = None
+        self._pending: list[_Op[Any]] = []
+        self._wake = asyncio.Event()
+
+    def cached(self, channel_id: str) -> ChannelState | None:
+        """The channel's last committed state, if this process owns the database and has it in memory."""
+        if self._cache is None:
+            return None
+        state = self._cache.get(channel_id)
+        return None if state is None else without_expired(state, self._clock())
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        if isinstance(self._database, SqliteDatabase):
+            self._thread = threading.Thread(target=self._drive_thread, name="aizuchi-writer", daemon=True)
+            self._thread.start()
+        else:
+            self._task = asyncio.create_task(self._drive_task(), name="aizuchi-writer")
+
+    async def close(self) -> None:
+        """Finish what was queued, then stop."""
+        self._closing = True
+        if self._thread is not None:
+            self._inbox.put(_STOP)
+            await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+            self._thread = None
+        if self._task is not None:
+            self._wake.set()
+            await self._task
+            self._task = None
+
+    async def run(self, step: Step[R], channel_ids: Sequence[str] = ()) -> R:
+        """Run ``step`` inside the next batch's transaction; return its result once committed.
+
+        ``channel_ids``: the channels the step will touch, locked before any step of the batch runs.
+        """
+        if self._closing or self._loop is None:
+            raise StorageError("the arbiter is shutting down", code="shutting_down")
+        future: asyncio.Future[R] = self._loop.create_future()
+        op = _Op(step, future, channel_ids)
+        if self._thread is not None:
+            self._inbox.put(op)
+        else:
+            self._pending.append(op)
+            self._wake.set()
+        return await future
+
+    # --- SQLite: the writer's own thread ---------------------------------------------------------------
+
+    def _drive_thread(self) -> None:
+        assert isinstance(self._database, SqliteDatabase) and self._loop is not None
+        while True:
+            first = self._inbox.get()
+            if first is _STOP:
+                return
+            batch = [first]
+            while len(batch) < self._max_batch:
+                try:
+                    item = self._inbox.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    self._inbox.put(_STOP)
+                    break
+                batch.append(item)
+            outcomes, events = self._settle(batch, self._database.write_blocking)
+            self._loop.call_soon_threadsafe(self._deliver, outcomes, events)
+
+    def _settle(self, batch: list[_Op[Any]], write: Callable[..., Any]) -> tuple[_Outcomes, list[Event]]:
+        """Run a batch to the end, failing only what must fail. Called on the writer thread."""
+        pending = [op for op in batch if not op.future.done()]
+        failed: _Outcomes = []
+        while pending:
+            try:
+                outcomes, events, states = write(self._transaction, pending)
+            except _StepFailed as error:
+                # A step hit something unexpected and the transaction rolled back. That step fails alone; the
+                # others run again in a fresh transaction (steps write only through it, so this is safe).
+                self._forget()
+                failed.append((pending.pop(error.index), error.error))
+                continue
+            except (SQLAlchemyError, OSError) as error:
+                self._forget()
+                _log.error("database error; %d operations failed: %s", len(pending), error)
+                storage_error = StorageError(f"database error: {type(error).__name__}")
+                return [*failed, *((op, storage_error) for op in pending)], []
+            if self._cache is not None:
+                self._cache.update(states)
+            return [*failed, *zip(pending, outcomes, strict=True)], events
+        return failed, []
+
+    # --- PostgreSQL: an asyncio task -------------------------------------------------------------------
+
+    async def _drive_task(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                batch = self._pending[: self._max_batch]
+                del self._pending[: self._max_batch]
+                outcomes, events = await self._settle_async(batch)
+                self._deliver(outcomes, events)
+            if self._closing:
+                return
+
+    async def _settle_async(self, batch: list[_Op[Any]]) -> tuple[_Outcomes, list[Event]]:
+        pending = [op for op in batch if not op.future.done()]
+        failed: _Outcomes = []
+        while pending:
+            try:
+                outcomes, events, _states = await self._database.write(self._transaction, pending)
+            except _StepFailed as error:
+                failed.append((pending.pop(error.index), error.error))
+                continue
+            except (SQLAlchemyError, OSError) as error:
+                _log.error("database error; %d operations failed: %s", len(pending), error)
+                storage_error = StorageError(f"database error: {type(error).__name__}")
+                return [*failed, *((op, storage_error) for op in pending)], []
+            return [*failed, *zip(pending, outcomes, strict=True)], events
+        return failed, []
+
+    # --- both ------------------------------------------------------------------------------------------
+
+    def _deliver(self, outcomes: _Outcomes, events: list[Event]) -> None:
+        """On the event loop: publish what the batch did, then answer its callers."""
+        self._publish(events)
+        for op, outcome in outcomes:
+            if op.future.done():
+                continue
+            if isinstance(outcome, ArbiterError):
+                op.future.set_exception(outcome)
+            else:
+                op.future.set_result(outcome)
+
+    def _forget(self) -> None:
+        # After a rollback the cache may hold states that were never committed: start over from the database.
+        if self._cache is not None:
+            self._cache.clear()
+
+    def _transaction(
+        self, conn: Connection, ops: list[_Op[Any]]
+    ) -> tuple[list[Any], list[Event], dict[str, ChannelState]]:
+        """Runs inside one database transaction: on the writer thread (SQLite) or in run_sync (PostgreSQL)."""
+        tx = WriteTx(conn, self._clock, self._cache)
+        tx._prefetch(channel_id for op in ops for channel_id in op.channel_ids)
+        outcomes: list[Any] = []
+        for index, op in enumerate(ops):
+            try:
+                outcomes.append(op.step(tx))
+                tx._end_step(keep=True)
+            except ArbiterError as error:
+                # Steps raise before they apply anything, so only their events need undoing.
+                tx._end_step(keep=False)
+                outcomes.append(error)
+            except (SQLAlchemyError, OSError):
+                raise
+            except Exception as error:
+                _log.exception("operation failed inside the writer")
+                raise _StepFailed(index, StorageError(f"internal error: {type(error).__name__}")) from error
+        tx._finish()
+        if self._notifier is not None and tx.events:
+            self._notifier(conn, tx.events)
+        return outcomes, tx.events, tx.states
+
+
+def pg_notify(conn: Connection, channel: str, payloads: Sequence[str]) -> None:
+    """Queue NOTIFYs in the open transaction; PostgreSQL delivers them at commit, or never if it rolls back."""
+    calls = ", ".join(f"pg_notify(:channel, :p{index})" for index in range(len(payloads)))
+    params: dict[str, Any] = {"channel": channel, **{f"p{i}": payload for i, payload in enumerate(payloads)}}
+    conn.execute(text(f"SELECT {calls}"), params)

@@ -1,0 +1,289 @@
+"""``aizuchi bench arbiter``: drive the arbiter's HTTP API with concurrent clients and print what it sustains.
+
+The arbiter runs as its own process (as in production), on a scratch SQLite file or a scratch PostgreSQL
+database. Each client is one persona with its own token and keep-alive connection, working one channel.
+A client repeats a realistic mix, weighted like the persona runtime's traffic:
+
+- a turn (60%): claim a tier (aizuchi, remark or long), then speak on it (80%) or release it (20%),
+  sometimes speaking in a cheaper tier than claimed;
+- a one-step consume (15%) as an external agent would;
+- a status read (20%) and a history read (5%).
+
+Beside the clients, a person speaks in every channel once a second (recorded through the admin API),
+so the bots never reach the idle cap, which would otherwise stop them by design.
+
+Each client takes its turns in a random channel of the M. Channels get a capacity of 10,000 (the default is
+100) so the pool refuses little and the arbiter itself is what is measured.
+A *grant* is a claim or consume the pool granted. Latency is measured per request, across all of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import re
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import asyncpg
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import AsyncIterator
+
+__all__ = ("run_benchmark",)
+
+ADMIN = "bench-admin-token-000000000000"
+CAPACITY = 10_000
+TIERS = (("aizuchi", 0.5), ("remark", 0.35), ("long", 0.15))
+CHEAPER = {"aizuchi": "aizuchi", "remark": "aizuchi", "long": "remark"}
+TEXT = {"aizuchi": "なるほど!", "remark": "That is a fair point about the schedule.", "long": "長めの話" * 10}
+
+
+@dataclass
+class Tally:
+    latencies: list[float] = field(default_factory=list)
+    grants: int = 0
+    refusals: int = 0
+    messages: int = 0
+    errors: int = 0
+
+
+@dataclass(frozen=True)
+class Result:
+    database: str
+    clients: int
+    channels: int
+    seconds: float
+    tally: Tally
+
+    def row(self) -> list[str]:
+        lat = sorted(self.tally.latencies)
+        p50 = statistics.median(lat) * 1000 if lat else float("nan")
+        p99 = lat[int(len(lat) * 0.99) - 1] * 1000 if lat else float("nan")
+        return [
+            self.database,
+            str(self.clients),
+            str(self.channels),
+            f"{self.tally.grants / self.seconds:,.0f}",
+            f"{self.tally.messages / self.seconds:,.0f}",
+            f"{len(lat) / self.seconds:,.0f}",
+            f"{p50:.2f}",
+            f"{p99:.2f}",
+            f"{self.tally.refusals}",
+            f"{self.tally.errors}",
+        ]
+
+
+HEADER = [
+    "database",
+    "clients",
+    "channels",
+    "grants/s",
+    "messages/s",
+    "requests/s",
+    "p50 ms",
+    "p99 ms",
+    "refused",
+    "errors",
+]
+
+
+class Client:
+    def __init__(
+        self, session: aiohttp.ClientSession, base: str, token: str, channels: list[str], tally: Tally
+    ) -> None:
+        self._session = session
+        self._channels = [f"{base}/v1/channels/{channel}" for channel in channels]
+        self._base = self._channels[0]
+        self._headers = {"Authorization": f"Bearer {token}"}
+        self._tally = tally
+        self._rng = random.Random(token)
+        self._last_seq = 0
+
+    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        started = time.perf_counter()
+        async with self._session.request(method, self._base + path, json=body, headers=self._headers) as response:
+            data = await response.json() if response.status != 204 else None
+        self._tally.latencies.append(time.perf_counter() - started)
+        if response.status >= 400:
+            self._tally.errors += 1
+            return None
+        return data
+
+    def _verdict(self, data: dict[str, Any] | None) -> bool:
+        if data is None:
+            return False
+        if data["granted"]:
+            return True
+        self._tally.refusals += 1
+        return False
+
+    async def step(self) -> None:
+        self._base = self._rng.choice(self._channels)
+        roll = self._rng.random()
+        if roll < 0.60:
+            tier = self._rng.choices([t for t, _ in TIERS], [w for _, w in TIERS])[0]
+            data = await self._call("POST", "/claims", {"tier": tier})
+            if not self._verdict(data):
+                return
+            assert data is not None
+            self._tally.grants += 1
+            claim = data["claim"]["claim_id"]
+            if self._rng.random() < 0.8:
+                spoken = CHEAPER[tier] if self._rng.random() < 0.1 else tier
+                said = await self._call("POST", f"/claims/{claim}/speak", {"text": TEXT[spoken], "tier": spoken})
+                if said is not None and said["granted"]:
+                    self._tally.messages += 1
+                    self._last_seq = said["message"]["seq"]
+            else:
+                await self._call("DELETE", f"/claims/{claim}")
+        elif roll < 0.75:
+            data = await self._call("POST", "/consume", {"tier": "aizuchi", "text": "うんうん"})
+            if self._verdict(data):
+                self._tally.grants += 1
+                self._tally.messages += 1
+        elif roll < 0.95:
+            await self._call("GET", "/status")
+        else:
+            await self._call("GET", f"/history?after={max(0, self._last_seq - 20)}&limit=20")
+
+
+@contextlib.asynccontextmanager
+async def _arbiter_process(database_url: str, personas: dict[str, str]) -> AsyncIterator[str]:
+    env = {
+        **os.environ,
+        "ARBITER_DATABASE_URL": database_url,
+        "ARBITER_ADMIN_TOKEN": ADMIN,
+        "ARBITER_PERSONA_TOKENS": __import__("json").dumps(personas),
+        "ARBITER_PORT": "0",
+        "ARBITER_LOG_LEVEL": "WARNING",
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "aizuchi", "arbiter", env=env, stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert process.stdout is not None
+        line = (await asyncio.wait_for(process.stdout.readline(), timeout=60)).decode()
+        match = re.search(r"(http://\S+)", line)
+        if match is None:
+            raise RuntimeError(f"the arbiter did not start: {line!r}")
+        yield match.group(1)
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            await process.wait()
+
+
+async def _measure(
+    base: str, database: str, *, clients: int, channels: int, seconds: float, tokens: list[str]
+) -> Result:
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        names = [f"bench-{clients}-{index}" for index in range(channels)]
+        for name in names:
+            body = {"capacity": CAPACITY, "idle_cap": 1_000}
+            async with session.put(f"{base}/v1/channels/{name}", json=body, headers=admin) as r:
+                r.raise_for_status()
+        tally = Tally()
+        workers = [Client(session, base, tokens[i], names, tally) for i in range(clients)]
+        stop = asyncio.Event()
+
+        async def loop(worker: Client) -> None:
+            while not stop.is_set():
+                await worker.step()
+
+        warmup = Tally()
+        for worker in workers:
+            worker._tally = warmup
+
+        async def human(channel: str) -> None:
+            # People keep talking, so the bots never reach the idle cap (which would stop them, by design).
+            count = 0
+            while not stop.is_set():
+                count += 1
+                body = {"author_id": "human", "author_name": "Human", "text": f"what about this? ({count})"}
+                async with session.post(f"{base}/v1/channels/{channel}/messages", json=body, headers=admin) as r:
+                    r.raise_for_status()
+                await asyncio.sleep(1.0)
+
+        tasks = [asyncio.create_task(loop(worker)) for worker in workers]
+        tasks += [asyncio.create_task(human(name)) for name in names]
+        await asyncio.sleep(min(2.0, seconds / 5))
+        for worker in workers:
+            worker._tally = tally
+        started = time.perf_counter()
+        await asyncio.sleep(seconds)
+        elapsed = time.perf_counter() - started
+        for worker in workers:
+            worker._tally = Tally()
+        stop.set()
+        await asyncio.gather(*tasks)
+    return Result(database, clients, channels, elapsed, tally)
+
+
+async def _scratch_postgres(server_url: str) -> tuple[str, str]:
+    plain = server_url.replace("postgresql+asyncpg://", "postgresql://")
+    name = f"aizuchi_bench_{os.getpid()}"
+    conn = await asyncpg.connect(plain)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return server_url.rsplit("/", 1)[0] + f"/{name}", name
+
+
+async def _drop_postgres(server_url: str, name: str) -> None:
+    conn = await asyncpg.connect(server_url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+def _print_table(results: list[Result]) -> None:
+    rows = [HEADER, *[result.row() for result in results]]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
+    lines = ["| " + " | ".join(cell.rjust(widths[i]) for i, cell in enumerate(row)) + " |" for row in rows]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    print("\n".join(lines))
+
+
+async def run_benchmark(args: argparse.Namespace) -> int:
+    databases = ["sqlite", "postgres"] if args.database == "both" else [args.database]
+    most = max(args.clients)
+    personas = {f"p{index}": f"bench-persona-token-{index:04d}-xxxxxxxx" for index in range(most)}
+    tokens = list(personas.values())
+    results: list[Result] = []
+    print(f"aizuchi bench arbiter: {args.seconds:g}s per run, {args.channels} channels, cpu count {os.cpu_count()}")
+    for database in databases:
+        with tempfile.TemporaryDirectory() as scratch:
+            dropped: tuple[str, str] | None = None
+            if database == "sqlite":
+                url = f"sqlite:///{scratch}/bench.db"
+            else:
+                url, name = await _scratch_postgres(args.postgres_url)
+                dropped = (args.postgres_url, name)
+            try:
+                async with _arbiter_process(url, personas) as base:
+                    for clients in args.clients:
+                        result = await _measure(
+                            base, database, clients=clients, channels=args.channels, seconds=args.seconds, tokens=tokens
+                        )
+                        results.append(result)
+                        print("  " + " ".join(result.row()), flush=True)
+            finally:
+                if dropped is not None:
+                    await _drop_postgres(*dropped)
+    print()
+    _print_table(results)
+    return 0

@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from arbiter.server import Arbiter, open_arbiter
+from arbiter.settings import ArbiterSettings
+from tests.support.clock import FakeClock
+from tests.support.postgres import create_database, drop_database
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from aiohttp.test_utils import TestClient
+
+ADMIN_TOKEN = "admin-token-0123456789abcdef"
+PERSONA_TOKENS = {
+    "hana": "hana-token-0123456789abcdef",
+    "kai": "kai-token-0123456789abcdef",
+    "mio": "mio-token-0123456789abcdef",
+}
+
+
+def auth(who: str) -> dict[str, str]:
+    token = ADMIN_TOKEN if who == "admin" else PERSONA_TOKENS[who]
+    return {"Authorization": f"Bearer {token}"}
+
+
+def make_settings(database_url: str, **overrides: Any) -> ArbiterSettings:
+    return ArbiterSettings(
+        database_url=database_url,
+        admin_token=ADMIN_TOKEN,
+        persona_tokens=PERSONA_TOKENS,
+        _env_file=None,
+        **overrides,
+    )
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'arbiter.db'}"
+
+
+@pytest.fixture
+async def postgres_url() -> AsyncIterator[str]:
+    url = await create_database()
+    yield url
+    await drop_database(url)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """Each test using this runs once on SQLite and once on PostgreSQL."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'arbiter.db'}"
+        return
+    url = await create_database()
+    yield url
+    await drop_database(url)
+
+
+OpenArbiter = Callable[..., Awaitable[Arbiter]]
+
+
+@pytest.fixture
+async def open_test_arbiter(clock: FakeClock) -> AsyncIterator[OpenArbiter]:
+    """Open arbiters on a database; all are closed at the end of the test."""
+    async with AsyncExitStack() as stack:
+
+        async def opener(database_url: str, *, arbiter_clock: Callable[[], float] | None = None) -> Arbiter:
+            settings = make_settings(database_url)
+            return await stack.enter_async_context(open_arbiter(settings, clock=arbiter_clock or clock))
+
+        yield opener
+
+
+@pytest.fixture
+async def arbiter(open_test_arbiter: OpenArbiter, sqlite_url: str) -> Arbiter:
+    return await open_test_arbiter(sqlite_url)
+
+
+@pytest.fixture
+async def client(
+    arbiter: Arbiter, aiohttp_client: Callable[..., Awaitable[TestClient[Any, Any]]]
+) -> TestClient[Any, Any]:
+    return await aiohttp_client(arbiter.app)

@@ -1,0 +1,1 @@
+"""Shared test helpers: a fake clock, scratch PostgreSQL databases, arbiter factories."""
