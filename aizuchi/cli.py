@@ -66,7 +66,10 @@ def _arbiter(args: argparse.Namespace) -> int:
             if settings.admin_token is None:
                 _log.warning("no admin token configured (ARBITER_ADMIN_TOKEN): the admin endpoints are off")
             await serve_app(
-                arbiter.app, settings.host, settings.port, ready=lambda url: print(f"arbiter listening on {url}")
+                arbiter.app,
+                settings.host,
+                settings.port,
+                ready=lambda url: print(f"arbiter listening on {url}", flush=True),
             )
 
     return _run(main)
@@ -111,8 +114,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from arbiter.core.errors import ArbiterError
+
     try:
         return int(args.func(args))
     except ValidationError as error:
         print(f"aizuchi: invalid settings:\n{error}", file=sys.stderr)
         return 2
+    except ArbiterError as error:
+        print(f"aizuchi: {error.message}", file=sys.stderr)
+        return 1

@@ -10,12 +10,27 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StringConstraints
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+)
 
 from arbiter.core.limits import ID_PATTERN, LIMITS, MAX_NAME_LENGTH, MAX_TEXT_LENGTH, MAX_TOPIC_LENGTH
 from arbiter.core.models import AuthorKind, RefusalReason, SpendState, Tier
 
+# How lengths are measured is part of the contract (a tier's max_length is in these units), so clients get the
+# very functions the arbiter checks with.
+from arbiter.core.text import display_length, trim_to_length
+
 __all__ = (
+    "AuthorKind",
     "ChannelList",
     "ChannelSummary",
     "ClaimRequest",
@@ -24,7 +39,9 @@ __all__ = (
     "ConsumeRequest",
     "ErrorBody",
     "ErrorDetail",
+    "Health",
     "HistoryPage",
+    "Id",
     "LinkRequest",
     "MessageView",
     "ObserveResult",
@@ -33,18 +50,24 @@ __all__ = (
     "PersonaRegistration",
     "PersonaView",
     "RefundView",
+    "RefusalReason",
     "ReleaseResult",
     "RetractResult",
     "SettingsPatch",
     "SettingsView",
     "SpeakRequest",
     "SpeakResult",
+    "SpendState",
     "StatusView",
+    "Tier",
     "TierPatch",
+    "TierSettings",
     "TierView",
     "UsageReport",
     "UsageResult",
     "Verdict",
+    "display_length",
+    "trim_to_length",
 )
 
 
@@ -126,10 +149,19 @@ class PersonaRegistration(_In):
     aliases: list[Name] = Field(default_factory=list, max_length=10)
 
 
+def _not_null(value: Any, info: ValidationInfo) -> Any:
+    # In a patch, a field left out keeps its value; null is not a way to say that, and would silently do nothing.
+    if value is None:
+        raise ValueError(f"{info.field_name} cannot be null; leave it out to keep the current value")
+    return value
+
+
 class TierPatch(_In):
     cost: _bounded("cost") | None = None  # type: ignore[valid-type]
     max_length: _bounded("max_length") | None = None  # type: ignore[valid-type]
     recovery_s: _bounded("recovery_s", StrictFloat) | None = None  # type: ignore[valid-type]
+
+    _present = field_validator("*", mode="before")(_not_null)
 
 
 class SettingsPatch(_In):
@@ -150,6 +182,11 @@ class SettingsPatch(_In):
     stale_tolerance: _bounded("stale_tolerance") | None = None  # type: ignore[valid-type]
     personas_enabled_by_default: StrictBool | None = None
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _present(cls, value: Any, info: ValidationInfo) -> Any:
+        return value if info.field_name == "daily_token_budget" else _not_null(value, info)
+
     def changes(self) -> dict[str, Any]:
         """The fields the caller set (an explicit null budget means "no budget")."""
         changes = self.model_dump(include=self.model_fields_set, exclude_none=False)
@@ -163,6 +200,8 @@ class SettingsPatch(_In):
 class PersonaPolicyPatch(_In):
     enabled: StrictBool | None = None
     muted: StrictBool | None = None
+
+    _present = field_validator("*", mode="before")(_not_null)
 
 
 # --- responses ------------------------------------------------------------------------------------------
@@ -230,11 +269,14 @@ class UsageResult(_Out):
     daily_token_budget: int | None
 
 
-class TierView(_Out):
+class TierSettings(_Out):
     cost: int
-    max_length: int
+    max_length: int = Field(description="display columns: CJK characters count 2")
     recovery_s: float
-    affordable: bool | None = None
+
+
+class TierView(TierSettings):
+    affordable: bool = Field(description="whether the pool holds this tier's cost now")
 
 
 class RefundView(_Out):
@@ -265,6 +307,9 @@ class StatusView(_Out):
     tokens_today: int
     daily_token_budget: int | None
     last_seq: int
+    claims_held: dict[Tier, int] = Field(
+        default_factory=dict, description="live claims in the channel by tier: who is about to speak, and how much"
+    )
     you: PersonaView | None = Field(None, description="the calling persona's standing here")
     claim: ClaimView | None = Field(None, description="the calling persona's held claim, if any")
 
@@ -279,7 +324,7 @@ class HistoryPage(_Out):
 class SettingsView(_Out):
     channel_id: str
     capacity: int
-    tiers: dict[Tier, TierView]
+    tiers: dict[Tier, TierSettings]
     enabled: bool
     paused: bool
     idle_cap: int
@@ -311,6 +356,12 @@ class ErrorDetail(_Out):
 
 class ErrorBody(_Out):
     error: ErrorDetail
+
+
+class Health(_Out):
+    """The arbiter is up and answering."""
+
+    ok: bool = True
 
 
 # --- events (the WebSocket stream) ----------------------------------------------------------------------

@@ -92,6 +92,12 @@ class EventHub:
         """Call ``listener(event)`` for every event published (used for the refund ticker)."""
         self._listeners.append(listener)
 
+    def announce(self, event: Event) -> None:
+        """Show ``event`` to the listeners only. For a stream's first level frame, which goes to its new subscriber
+        alone: the refund ticker must still learn when that channel's next refund is due."""
+        for listener in self._listeners:
+            listener(event)
+
     def publish(self, events: Iterable[Event]) -> None:
         for event in events:
             for listener in self._listeners:

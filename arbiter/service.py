@@ -7,6 +7,7 @@ Changes run through the BatchWriter (one locked transaction per batch); reads go
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -78,7 +79,7 @@ def settings_view(
         channel_id=channel_id,
         capacity=settings.capacity,
         tiers={
-            t: wire.TierView(cost=r.cost, max_length=r.max_length, recovery_s=r.recovery_s)
+            t: wire.TierSettings(cost=r.cost, max_length=r.max_length, recovery_s=r.recovery_s)
             for t, r in settings.tiers.items()
         },
         enabled=settings.enabled,
@@ -324,11 +325,11 @@ class ArbiterService:
             if message.spend_id:
                 state = tx.channel(channel_id, spend_ids=[message.spend_id]) or state
             now = tx.now()
-            before = rules.level(state, now)
+            spend = state.spend(message.spend_id) if message.spend_id else None
+            outstanding = spend.cost if spend is not None and spend.active(now) and not message.retracted else 0
             transition = rules.retract(state, persona_id, message, now)
             self._commit(tx, state, transition)
-            after = rules.level(transition.state, now)
-            return wire.RetractResult(seq=seq, refunded=after - before, level=after)
+            return wire.RetractResult(seq=seq, refunded=outstanding, level=rules.level(transition.state, now))
 
         return await self._change(channel_id, step)
 
@@ -461,7 +462,8 @@ class ArbiterService:
         you = claim = None
         if persona_id is not None:
             policy = settings.policy(persona_id)
-            you = wire.PersonaView(enabled=policy.enabled, muted=policy.muted, display_name=self._names.get(persona_id))
+            name = self._names.get(persona_id, persona_id)
+            you = wire.PersonaView(enabled=policy.enabled, muted=policy.muted, display_name=name)
             held = state.claim_of(persona_id, now)
             claim = None if held is None else claim_view(held, now)
         priority = state.priority if state.priority is not None and now < state.priority.until else None
@@ -490,6 +492,7 @@ class ArbiterService:
             tokens_today=rules.tokens_today(state, now),
             daily_token_budget=settings.daily_token_budget,
             last_seq=state.last_seq,
+            claims_held=dict(Counter(claim.tier for claim in state.claims if claim.held(now))),
             you=you,
             claim=claim,
         )
@@ -530,13 +533,15 @@ class ArbiterService:
         return settings_view(state.channel_id, state.settings, names)
 
     async def ensure_channel(self, channel_id: str, changes: Mapping[str, Any] | None = None) -> wire.SettingsView:
-        """Create the channel with the default settings (plus ``changes``) if it does not exist yet."""
+        """Create the channel with the default settings plus ``changes``; if it exists, apply ``changes`` to it."""
         settings = patch_settings(self._defaults, changes or {})
 
         def run(tx: WriteTx) -> wire.SettingsView:
             state = tx.channel(channel_id)
             if state is not None:
-                return self._settings_view(state)
+                if not changes:
+                    return self._settings_view(state)
+                return self._save_settings(tx, state, patch_settings(state.settings, changes))
             created = tx.create_channel(ChannelState(channel_id, settings))
             view = self._settings_view(created)
             tx.emit(Event(channel_id, "settings", {"settings": view.model_dump(mode="json")}))

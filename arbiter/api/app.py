@@ -12,6 +12,7 @@ from arbiter.api.errors import error_middleware
 from arbiter.api.openapi import openapi_document
 from arbiter.api.routes import AUTH, MAX_BODY, SERVICE, add_routes
 from arbiter.api.stream import HUB, events_handler
+from arbiter.contract import Health
 
 if TYPE_CHECKING:
     from arbiter.api.auth import TokenAuth
@@ -33,7 +34,7 @@ async def _openapi(request: web.Request) -> web.Response:
 
 
 async def _health(_request: web.Request) -> web.Response:
-    return web.json_response({"ok": True})
+    return web.json_response(text=Health().model_dump_json())
 
 
 _OPENAPI = web.AppKey("openapi", str)

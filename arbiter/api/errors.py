@@ -53,7 +53,8 @@ def validation_error(error: ValidationError, prefix: str = "") -> ArbiterError:
     first = error.errors(include_url=False)[0]
     if first["type"] == "json_invalid":
         return BadRequest(f"malformed JSON: {first['msg']}", code="malformed_json")
-    location = ".".join(str(part) for part in first["loc"])
+    # pydantic marks a bad mapping key with a "[key]" part after the key itself; the key is the field's name.
+    location = ".".join(str(part) for part in first["loc"] if part != "[key]")
     field = f"{prefix}{location}" if location else (prefix.rstrip(".") or None)
     if first["type"] == "model_type":
         return BadRequest("the body must be a JSON object", code="malformed_json", field=field)

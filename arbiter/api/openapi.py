@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic.json_schema import models_json_schema
 
 from arbiter.api.routes import ENDPOINTS, Access, Endpoint
-from arbiter.contract import EVENT_MODELS, ErrorBody
+from arbiter.contract import EVENT_MODELS, ErrorBody, Health
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -29,6 +29,7 @@ _ERRORS = {
     403: "Not allowed for this token",
     404: "Unknown channel, claim, message or persona",
     409: "The claim or message is in the wrong state",
+    413: "The body is larger than the server accepts",
     422: "A field is invalid; the error names it",
     503: "The database is unavailable; nothing changed",
 }
@@ -57,7 +58,7 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
         responses[str(endpoint.status)] = {"description": "Done"}
     codes = [422, 503]
     if endpoint.body is not None:
-        codes.insert(0, 400)
+        codes[0:0] = [400, 413]
     if endpoint.access is not Access.PUBLIC:
         codes[0:0] = [401, 403]
     if "{" in endpoint.path:
@@ -88,7 +89,7 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
 
 
 def openapi_document(version: str) -> dict[str, Any]:
-    models: set[type[BaseModel]] = {ErrorBody, *EVENT_MODELS}
+    models: set[type[BaseModel]] = {ErrorBody, Health, *EVENT_MODELS}
     for endpoint in ENDPOINTS:
         models.update(m for m in (endpoint.body, endpoint.query, endpoint.response) if m is not None)
     ordered = sorted(models, key=lambda model: model.__name__)
@@ -99,6 +100,9 @@ def openapi_document(version: str) -> dict[str, Any]:
     for endpoint in ENDPOINTS:
         paths.setdefault(endpoint.path, {})[endpoint.method.lower()] = _operation(endpoint)
     paths["/v1/channels/{channel_id}/events"] = {"get": _events_operation()}
+    # The two routes build_app adds beside the endpoint table; public, like any health check.
+    paths["/v1/health"] = {"get": _public_operation("health", "Whether the arbiter is up", {"schema": _ref(Health)})}
+    paths["/v1/openapi.json"] = {"get": _public_operation("openapi", "This document (OpenAPI 3.1)", {})}
     return {
         "openapi": "3.1.0",
         "info": {
@@ -116,6 +120,16 @@ def openapi_document(version: str) -> dict[str, Any]:
 
 def _inputs() -> set[type[BaseModel]]:
     return {m for e in ENDPOINTS for m in (e.body, e.query) if m is not None}
+
+
+def _public_operation(operation_id: str, summary: str, media: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "summary": summary,
+        "operationId": operation_id,
+        "tags": ["meta"],
+        "responses": {"200": {"description": summary, "content": {"application/json": media}}},
+        "x-access": Access.PUBLIC.value,
+    }
 
 
 def _events_operation() -> dict[str, Any]:

@@ -268,7 +268,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              _register, body=wire.PersonaRegistration, status=204, tag="personas"),
     Endpoint("GET", "/v1/channels", "List channels", Access.ADMIN, _channels, response=wire.ChannelList,
              tag="admin"),
-    Endpoint("PUT", CH, "Create a channel (idempotent); optional initial settings", Access.ADMIN,
+    Endpoint("PUT", CH, "Create a channel, or change the settings of an existing one", Access.ADMIN,
              _create_channel, body=wire.SettingsPatch, response=wire.SettingsView, tag="admin"),
     Endpoint("GET", f"{CH}/settings", "A channel's settings", Access.ADMIN, _get_settings,
              response=wire.SettingsView, tag="admin"),

@@ -30,12 +30,15 @@ async def events_handler(request: web.Request) -> web.StreamResponse:
     replay_from = "after" in request.query
     query = _parse_query(request, HistoryQuery)
     assert isinstance(query, HistoryQuery)
-    level = await service.level_event(channel_id)  # 404 before the upgrade if the channel is unknown
-    socket = web.WebSocketResponse(heartbeat=30)
-    await socket.prepare(request)
+    # Subscribe before reading the level, so a change in between arrives as an event rather than being lost;
+    # an unknown channel is still a 404 before the upgrade.
     with request.app[HUB].subscribe(channel_id) as subscription:
+        level = await service.level_event(channel_id)
+        socket = web.WebSocketResponse(heartbeat=30)
+        await socket.prepare(request)
         sent_seq = await _replay(socket, request, channel_id, query.after) if replay_from else 0
         await socket.send_str(level.to_json())
+        request.app[HUB].announce(level)
         reader = asyncio.create_task(_drain_incoming(socket))
         try:
             async for event in subscription:

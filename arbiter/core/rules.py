@@ -299,9 +299,11 @@ def _after_message(state: ChannelState, message: Message) -> dict[str, Any]:
     return fields
 
 
-def _answered(state: ChannelState, persona_id: str) -> Priority | None:
+def _answered(state: ChannelState, persona_id: str, tier: Tier) -> Priority | None:
+    """The priority after ``persona_id`` spoke (or passed) in ``tier``. Only a remark or a pass on one answers:
+    a nod may have been meant for an earlier message, and must not give the floor away."""
     priority = state.priority
-    if priority is None or persona_id not in priority.persona_ids:
+    if priority is None or persona_id not in priority.persona_ids or tier is Tier.AIZUCHI:
         return priority
     rest = priority.persona_ids - {persona_id}
     return Priority(rest, priority.until) if rest else None
@@ -330,7 +332,9 @@ def _post(
     spend = replace(spend, message_seq=message.seq)
     spends, claims = ledger.place(state.spends, state.claims, spend, previous)
     fields = _after_message(state, message)
-    next_state = replace(state, spends=spends, claims=claims, priority=_answered(state, author.id), **fields)
+    next_state = replace(
+        state, spends=spends, claims=claims, priority=_answered(state, author.id, spend.tier), **fields
+    )
     return next_state, spend, message
 
 
@@ -438,7 +442,7 @@ def release(state: ChannelState, persona_id: str, claim_id: str, now: float) -> 
         raise ConflictError(f"claim {claim_id} was already {held.state}", field="claim_id", code="claim_closed")
     released = replace(held, state=SpendState.RELEASED, refund_at=min(held.refund_at, now))
     spends, claims = ledger.place(state.spends, state.claims, released, held)
-    next_state = replace(state, spends=spends, claims=claims, priority=_answered(state, persona_id))
+    next_state = replace(state, spends=spends, claims=claims, priority=_answered(state, persona_id, held.tier))
     return Transition(next_state, Released(released), changed_spends=(released,))
 
 

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from arbiter.core.errors import InvalidRequest
 from arbiter.core.limits import LIMITS, MAX_TOPIC_LENGTH
 from arbiter.core.models import ChannelSettings, Tier
-
-if TYPE_CHECKING:
-    from collections.abc import Mapping
 
 __all__ = ("patch_settings", "validate_settings")
 
@@ -103,11 +101,16 @@ def patch_settings(settings: ChannelSettings, changes: Mapping[str, Any]) -> Cha
             raise InvalidRequest(f"unknown setting {key!r}", field=key)
         scalars[key] = value
     tiers = dict(settings.tiers)
-    for name, fields in (changes.get("tiers") or {}).items():
+    tier_changes = changes.get("tiers") or {}
+    if not isinstance(tier_changes, Mapping):
+        raise InvalidRequest("tiers must map tier names to their settings", field="tiers")
+    for name, fields in tier_changes.items():
         try:
             tier = Tier(name)
         except ValueError:
             raise InvalidRequest(f"unknown tier {name!r}; tiers are aizuchi, remark, long", field="tiers") from None
+        if not isinstance(fields, Mapping):
+            raise InvalidRequest(f"tiers.{tier} must map setting names to values", field=f"tiers.{tier}")
         unknown = set(fields) - _TIER_FIELDS
         if unknown:
             field = sorted(unknown)[0]

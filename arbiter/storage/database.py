@@ -25,6 +25,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from arbiter.core.errors import StorageError
+from arbiter.storage.lock import sqlite_path
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -43,6 +44,8 @@ def normalize_url(url: str) -> URL:
     except Exception as error:
         raise StorageError(f"cannot read the database URL: {error}", code="bad_database_url") from None
     backend = parsed.get_backend_name()
+    if backend == "postgres":  # the form many hosting providers hand out
+        backend = "postgresql"
     if backend == "sqlite":
         return parsed.set(drivername="sqlite+pysqlite")
     if backend == "postgresql":
@@ -71,6 +74,7 @@ class Database:
     def open(url: str, *, pool_size: int = 8) -> Database:
         parsed = normalize_url(url)
         if parsed.get_backend_name() == "sqlite":
+            sqlite_path(parsed)  # refuses an in-memory database clearly, before the pool options would fail on it
             return SqliteDatabase(parsed)
         return PostgresDatabase(parsed, pool_size=pool_size)
 

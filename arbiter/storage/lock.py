@@ -43,8 +43,14 @@ class SqliteFileLock:
     def __enter__(self) -> SqliteFileLock:
         if fcntl is None:  # pragma: no cover
             return self
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as error:
+            raise StorageError(
+                f"cannot open the database {self.path.with_suffix('')}: {error.strerror or error}",
+                code="database_unavailable",
+            ) from error
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

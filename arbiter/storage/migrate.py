@@ -8,6 +8,9 @@ from typing import TYPE_CHECKING
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, text
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+from arbiter.core.errors import StorageError
 
 if TYPE_CHECKING:
     from arbiter.storage.database import Database
@@ -34,4 +37,12 @@ def _upgrade(connection: Connection, postgres: bool) -> None:
 
 
 async def migrate(database: Database) -> None:
-    await database.write(_upgrade, not database.is_sqlite)
+    """Also the arbiter's first contact with the database: a URL that leads nowhere fails here, clearly."""
+    try:
+        await database.write(_upgrade, not database.is_sqlite)
+    except (SQLAlchemyError, OSError) as error:
+        reason = error.orig if isinstance(error, DBAPIError) else error
+        where = database.url.render_as_string(hide_password=True)
+        raise StorageError(
+            f"cannot open the database {where}: {reason or type(reason).__name__}", code="database_unavailable"
+        ) from error

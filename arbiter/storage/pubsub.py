@@ -24,8 +24,11 @@ __all__ = ("PostgresRelay",)
 _log = logging.getLogger(__name__)
 
 CHANNEL = "aizuchi_events"
-# PostgreSQL refuses NOTIFY payloads of 8000 bytes or more.
+# PostgreSQL refuses NOTIFY payloads of 8000 bytes or more (and fails the transaction that sent one).
 _MAX_PAYLOAD = 7_900
+# Characters of a larger event's JSON per notification: even at 4 bytes each, or 2 for a JSON escape, a part
+# stays under the limit with its envelope.
+_PART = 1_500
 
 
 class PostgresRelay:
@@ -35,22 +38,25 @@ class PostgresRelay:
         self.origin = uuid.uuid4().hex[:12]
         self._task: asyncio.Task[None] | None = None
         self._connected = asyncio.Event()
+        self._parts: dict[str, list[str]] = {}  # a large event's parts received so far, by its key
 
     def notify(self, conn: Connection, events: Sequence[Event]) -> None:
-        pg_notify(conn, CHANNEL, [self._payload(event) for event in events])
+        pg_notify(conn, CHANNEL, [payload for event in events for payload in self._payloads(event)])
 
-    def _payload(self, event: Event) -> str:
-        payload = json.dumps({"origin": self.origin, "event": event.to_json()}, ensure_ascii=False)
+    def _payloads(self, event: Event) -> list[str]:
+        raw = event.to_json()
+        payload = json.dumps({"origin": self.origin, "event": raw}, ensure_ascii=False)
         if len(payload.encode()) < _MAX_PAYLOAD:
-            return payload
-        # Too big to carry (a very long message): send it with the text cut; readers can fetch the history.
-        data: dict[str, Any] = dict(event.data)
-        if "message" in data:
-            message = dict(data["message"])
-            message["text"] = message["text"][:1000]
-            data["message"] = message
-            data["truncated"] = True
-        return json.dumps({"origin": self.origin, "event": Event(event.channel_id, event.type, data).to_json()})
+            return [payload]
+        # Too big for one notification (a long message, the settings of a large fleet): send it in parts.
+        # PostgreSQL delivers one transaction's notifications in order and never interleaves two transactions',
+        # so the parts arrive one after another and the listener joins them.
+        parts = [raw[start : start + _PART] for start in range(0, len(raw), _PART)]
+        key = uuid.uuid4().hex[:12]
+        return [
+            json.dumps({"origin": self.origin, "part": [key, index, len(parts)], "text": part}, ensure_ascii=False)
+            for index, part in enumerate(parts)
+        ]
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._listen_forever(), name="aizuchi-pg-listen")
@@ -67,9 +73,24 @@ class PostgresRelay:
             envelope = json.loads(payload)
             if envelope.get("origin") == self.origin:
                 return  # our own: already published locally when the transaction committed
-            self._publish([Event.from_json(envelope["event"])])
-        except (ValueError, KeyError) as error:
+            raw = envelope["event"] if "event" in envelope else self._joined(envelope)
+            if raw is not None:
+                self._publish([Event.from_json(raw)])
+        except (ValueError, KeyError, TypeError) as error:
             _log.warning("ignoring a malformed notification: %s", error)
+
+    def _joined(self, envelope: dict[str, Any]) -> str | None:
+        """The large event once its last part is in, else None."""
+        key, index, count = envelope["part"]
+        parts = self._parts.setdefault(key, [])
+        if index != len(parts):
+            del self._parts[key]
+            raise ValueError(f"part {index} of event {key} arrived after {len(parts)} parts")
+        parts.append(envelope["text"])
+        if len(parts) < count:
+            return None
+        del self._parts[key]
+        return "".join(parts)
 
     async def _listen_forever(self) -> None:
         delay = 0.5
@@ -81,6 +102,7 @@ class PostgresRelay:
                     assert driver is not None
                     lost = asyncio.Event()
                     driver.add_termination_listener(lambda _c, lost=lost: lost.set())
+                    self._parts.clear()  # parts that came before a lost connection will never be completed
                     await driver.add_listener(CHANNEL, self._on_notify)
                     self._connected.set()
                     delay = 0.5

@@ -361,7 +361,13 @@ class BatchWriter:
             while self._pending:
                 batch = self._pending[: self._max_batch]
                 del self._pending[: self._max_batch]
-                outcomes, events = await self._settle_async(batch)
+                try:
+                    outcomes, events = await self._settle_async(batch)
+                except Exception as error:
+                    # Whatever went wrong, this batch's callers must hear of it and the writer must go on.
+                    _log.exception("writer batch failed")
+                    failure = StorageError(f"internal error: {type(error).__name__}")
+                    outcomes, events = [(op, failure) for op in batch], []
                 self._deliver(outcomes, events)
             if self._closing:
                 return

@@ -1,0 +1,113 @@
+"""Small builders for the core tests: channels, authors, and transitions that must succeed.
+
+The helpers assert on the outcome they expect, so a scenario that goes wrong fails at the step that broke,
+not several steps later.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from typing import Any
+
+from arbiter.core import rules
+from arbiter.core.models import (
+    AuthorKind,
+    ChannelSettings,
+    ChannelState,
+    Message,
+    PersonaPolicy,
+    Spend,
+    Tier,
+    TierRule,
+)
+from arbiter.core.rules import Author, ClaimGranted, Refusal, Released, SpeechGranted, Transition
+from tests.support.clock import FakeClock
+
+# A fixed, ordinary moment (the fake clock's start): far from midnight UTC, so the daily budget never rolls over.
+T0 = FakeClock().value
+
+HANA = Author("hana", "Hana")
+KAI = Author("kai", "Kai")
+MIO = Author("mio", "Mio")
+HUMAN = Author("u-1", "Yuki", AuthorKind.HUMAN)
+OTHER_BOT = Author("b-1", "Helper", AuthorKind.BOT)
+
+# Recovery delays that differ per tier, so a test can tell which tier's delay a refund used.
+DISTINCT_RECOVERY = {
+    Tier.AIZUCHI: TierRule(cost=5, max_length=24, recovery_s=2.0),
+    Tier.REMARK: TierRule(cost=60, max_length=120, recovery_s=5.0),
+    Tier.LONG: TierRule(cost=80, max_length=240, recovery_s=10.0),
+}
+
+_ids = itertools.count(1)
+
+
+def new_id(prefix: str = "s") -> str:
+    return f"{prefix}{next(_ids)}"
+
+
+def channel(**settings: Any) -> ChannelState:
+    return ChannelState("c1", ChannelSettings(**settings))
+
+
+def with_settings(state: ChannelState, **settings: Any) -> ChannelState:
+    return replace(state, settings=replace(state.settings, **settings))
+
+
+def with_policy(state: ChannelState, persona_id: str, **policy: Any) -> ChannelState:
+    return replace(state, settings=state.settings.with_policy(persona_id, PersonaPolicy(**policy)))
+
+
+def refusal(transition: Transition) -> Refusal:
+    assert isinstance(transition.outcome, Refusal), transition.outcome
+    return transition.outcome
+
+
+def speech(transition: Transition) -> SpeechGranted:
+    assert isinstance(transition.outcome, SpeechGranted), transition.outcome
+    return transition.outcome
+
+
+def say(
+    state: ChannelState,
+    author: Author,
+    tier: Tier,
+    now: float,
+    text: str = "",
+    *,
+    based_on_seq: int | None = None,
+) -> tuple[ChannelState, SpeechGranted]:
+    """A one-step consume that must be granted."""
+    transition = rules.consume(
+        state, author, text or f"{author.name} {tier}", now, spend_id=new_id(), tier=tier, based_on_seq=based_on_seq
+    )
+    return transition.state, speech(transition)
+
+
+def said(state: ChannelState, author: Author, tier: Tier, now: float, text: str = "") -> ChannelState:
+    return say(state, author, tier, now, text)[0]
+
+
+def hear(
+    state: ChannelState, now: float, *, author: Author = HUMAN, text: str = "hello", addressed: tuple[str, ...] = ()
+) -> ChannelState:
+    """An observed message (a human's unless told otherwise)."""
+    transition = rules.observe(state, author, text, now, addressed=addressed)
+    assert isinstance(transition.outcome, Message)
+    return transition.state
+
+
+def hold(
+    state: ChannelState, persona_id: str, tier: Tier, now: float, *, based_on_seq: int | None = None
+) -> tuple[ChannelState, Spend]:
+    """A claim that must be granted."""
+    transition = rules.claim(state, persona_id, tier, now, claim_id=new_id("c"), based_on_seq=based_on_seq)
+    assert isinstance(transition.outcome, ClaimGranted), transition.outcome
+    return transition.state, transition.outcome.spend
+
+
+def let_go(state: ChannelState, persona_id: str, claim_id: str, now: float) -> ChannelState:
+    transition = rules.release(state, persona_id, claim_id, now)
+    assert isinstance(transition.outcome, Released), transition.outcome
+    return transition.state

@@ -1,0 +1,968 @@
+"""The turn-taking rules, called directly: time is a plain float the tests move forward by hand."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import pytest
+
+from arbiter.core import rules
+from arbiter.core.errors import ConflictError, InvalidRequest, NotFound, PermissionDenied
+from arbiter.core.models import AuthorKind, ChannelState, Message, RefusalReason, SpendState, Tier
+from arbiter.core.rules import ClaimGranted, Released
+from tests.arbiter.core.builders import (
+    DISTINCT_RECOVERY,
+    HANA,
+    HUMAN,
+    KAI,
+    MIO,
+    OTHER_BOT,
+    T0,
+    channel,
+    hear,
+    hold,
+    let_go,
+    new_id,
+    refusal,
+    said,
+    say,
+    speech,
+    with_policy,
+    with_settings,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tests.support.clock import FakeClock
+
+R = RefusalReason
+
+
+def _utc(moment: str) -> float:
+    """POSIX seconds of an ISO date and time in UTC."""
+    return dt.datetime.fromisoformat(moment).replace(tzinfo=dt.UTC).timestamp()
+
+
+def _consume(
+    state: ChannelState, tier: Tier, now: float, text: str = "ok", *, based_on_seq: int | None = None
+) -> rules.Transition:
+    return rules.consume(state, HANA, text, now, spend_id=new_id(), tier=tier, based_on_seq=based_on_seq)
+
+
+# --- the pool level ---------------------------------------------------------------------------------------
+
+
+def test_level_starts_at_capacity() -> None:
+    assert rules.level(channel(capacity=70), T0) == 70
+
+
+@pytest.mark.parametrize(
+    ("at", "expected"),
+    [
+        (2.0, 35),  # the remark and the nod are spent
+        (4.999, 35),
+        (5.0, 95),  # exactly at its refund time the remark is back
+        (6.999, 95),
+        (7.0, 100),
+        (60.0, 100),
+    ],
+)
+def test_level_is_capacity_minus_unexpired_spends(at: float, expected: int) -> None:
+    state = said(channel(), HANA, Tier.REMARK, T0)
+    state = said(state, KAI, Tier.AIZUCHI, T0 + 2)
+    assert rules.level(state, T0 + at) == expected
+
+
+def test_level_counts_a_live_claim_until_it_expires() -> None:
+    state, _ = hold(channel(claim_ttl_s=30), "hana", Tier.LONG, T0)
+    assert rules.level(state, T0) == 20
+    assert rules.level(state, T0 + 29.9) == 20
+    assert rules.level(state, T0 + 30) == 100
+
+
+def test_level_never_drops_below_zero_when_capacity_is_lowered() -> None:
+    state = said(channel(), HANA, Tier.LONG, T0)
+    lowered = with_settings(state, capacity=50)
+    assert rules.level(lowered, T0 + 1) == 0
+    assert rules.level(lowered, T0 + 5) == 50
+
+
+def test_refund_schedule_lists_pending_refunds_soonest_first() -> None:
+    state = channel(tiers=DISTINCT_RECOVERY, claim_ttl_s=3)
+    state = said(state, HANA, Tier.LONG, T0)  # back at T0 + 10
+    state, _ = hold(state, "kai", Tier.AIZUCHI, T0)  # expires at T0 + 3
+    state = said(state, MIO, Tier.AIZUCHI, T0 + 1)  # back at T0 + 3
+    assert rules.refund_schedule(state, T0 + 1) == [(T0 + 3, 5), (T0 + 3, 5), (T0 + 10, 80)]
+    state = said(state, MIO, Tier.AIZUCHI, T0 + 4)  # back at T0 + 6
+    assert rules.refund_schedule(state, T0 + 4) == [(T0 + 6, 5), (T0 + 10, 80)]
+
+
+# --- every refusal reason ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RefusalCase:
+    """A channel built step by step, a request at ``now``, and the refusal it must get."""
+
+    build: Callable[[], ChannelState]
+    now: float
+    tier: Tier
+    reason: RefusalReason
+    retry_after: float | None
+    text: str = "ok"
+    based_on_seq: int | None = None
+
+
+def _pool_short_by_one_refund() -> ChannelState:
+    return said(channel(), KAI, Tier.LONG, T0)  # 20 left, 80 back at T0 + 5
+
+
+def _pool_short_by_two_refunds() -> ChannelState:
+    state = said(channel(), KAI, Tier.AIZUCHI, T0)  # 5 back at T0 + 5
+    return said(state, MIO, Tier.LONG, T0 + 1)  # 15 left, 80 back at T0 + 6
+
+
+def _two_humans_spoke_since_seq_1() -> ChannelState:
+    state = hear(channel(), T0)
+    state = hear(state, T0 + 1)
+    return hear(state, T0 + 2)
+
+
+def _two_bot_turns() -> ChannelState:
+    state = said(channel(idle_cap=2), KAI, Tier.AIZUCHI, T0)
+    return hear(state, T0 + 1, author=OTHER_BOT)
+
+
+def _budget_spent() -> ChannelState:
+    return rules.record_usage(channel(daily_token_budget=1_000), 1_000, _utc("2026-07-25T12:00:00")).state
+
+
+def _kai_addressed() -> ChannelState:
+    return hear(channel(priority_window_s=20), T0, addressed=("kai",))
+
+
+def _human_just_spoke() -> ChannelState:
+    return hear(channel(human_hold_s=3), T0)
+
+
+REFUSALS = [
+    pytest.param(RefusalCase(_pool_short_by_one_refund, T0 + 1, Tier.REMARK, R.INSUFFICIENT, 4.0), id="insufficient"),
+    pytest.param(
+        RefusalCase(_pool_short_by_two_refunds, T0 + 2, Tier.REMARK, R.INSUFFICIENT, 4.0), id="insufficient-two-refunds"
+    ),
+    pytest.param(RefusalCase(lambda: channel(paused=True), T0, Tier.AIZUCHI, R.PAUSED, None), id="paused"),
+    pytest.param(
+        RefusalCase(lambda: with_policy(channel(), "hana", muted=True), T0, Tier.AIZUCHI, R.MUTED, None), id="muted"
+    ),
+    pytest.param(
+        RefusalCase(lambda: channel(enabled=False), T0, Tier.AIZUCHI, R.NOT_ENABLED, None), id="channel-not-enabled"
+    ),
+    pytest.param(
+        RefusalCase(lambda: with_policy(channel(), "hana", enabled=False), T0, Tier.AIZUCHI, R.NOT_ENABLED, None),
+        id="persona-not-enabled",
+    ),
+    pytest.param(
+        RefusalCase(lambda: channel(personas_enabled_by_default=False), T0, Tier.AIZUCHI, R.NOT_ENABLED, None),
+        id="persona-not-enabled-by-default",
+    ),
+    pytest.param(RefusalCase(channel, T0, Tier.AIZUCHI, R.TOO_LONG, None, text="x" * 25), id="too-long-latin"),
+    pytest.param(RefusalCase(channel, T0, Tier.AIZUCHI, R.TOO_LONG, None, text="あ" * 13), id="too-long-japanese"),
+    pytest.param(
+        RefusalCase(_two_humans_spoke_since_seq_1, T0 + 3, Tier.REMARK, R.STALE, 0.0, based_on_seq=1), id="stale"
+    ),
+    pytest.param(RefusalCase(_two_bot_turns, T0 + 2, Tier.AIZUCHI, R.IDLE_CAP, None), id="idle-cap"),
+    # Noon UTC: the budget comes back at midnight, twelve hours later.
+    pytest.param(
+        RefusalCase(_budget_spent, _utc("2026-07-25T12:00:00"), Tier.AIZUCHI, R.BUDGET, 12 * 3600.0), id="budget"
+    ),
+    pytest.param(RefusalCase(_kai_addressed, T0 + 5, Tier.REMARK, R.PRIORITY, 15.0), id="priority-addressed"),
+    pytest.param(RefusalCase(_human_just_spoke, T0 + 1, Tier.REMARK, R.PRIORITY, 2.0), id="priority-human-hold"),
+]
+
+
+@pytest.mark.parametrize("case", REFUSALS)
+def test_consume_is_refused(case: RefusalCase) -> None:
+    state = case.build()
+    transition = _consume(state, case.tier, case.now, case.text, based_on_seq=case.based_on_seq)
+    found = refusal(transition)
+    assert (found.reason, found.retry_after) == (case.reason, case.retry_after)
+    assert found.detail
+    # A refusal is a normal answer that changes nothing.
+    assert transition.state is state
+    assert not transition.changed
+
+
+@pytest.mark.parametrize("case", [p for p in REFUSALS if "too-long" not in str(p.id)])
+def test_claim_is_refused_for_the_same_reasons(case: RefusalCase) -> None:
+    state = case.build()
+    transition = rules.claim(state, "hana", case.tier, case.now, claim_id=new_id(), based_on_seq=case.based_on_seq)
+    found = refusal(transition)
+    assert (found.reason, found.retry_after) == (case.reason, case.retry_after)
+    assert transition.state is state
+
+
+def test_every_refusal_reason_has_a_table_row() -> None:
+    covered = {case.reason for param in REFUSALS for case in param.values if isinstance(case, RefusalCase)}
+    assert covered == set(RefusalReason)
+
+
+def test_text_exactly_at_the_tier_limit_is_granted() -> None:
+    speech(_consume(channel(), Tier.AIZUCHI, T0, "x" * 24))
+    speech(_consume(channel(), Tier.AIZUCHI, T0, "あ" * 12))
+
+
+def test_persona_enabled_explicitly_may_speak_where_personas_are_off_by_default() -> None:
+    state = with_policy(channel(personas_enabled_by_default=False), "hana", enabled=True)
+    speech(_consume(state, Tier.AIZUCHI, T0))
+
+
+def _everything_wrong() -> ChannelState:
+    """A channel where every reason applies to hana's too-long, stale remark at T0 + 2."""
+    state = hear(channel(idle_cap=2, priority_window_s=20), T0)  # seq 1
+    state = said(state, KAI, Tier.LONG, T0 + 0.5)  # seq 2; the pool is down to 20
+    state = hear(state, T0 + 1, addressed=("mio",))  # seq 3: mio has the floor
+    state = hear(state, T0 + 1.2, author=OTHER_BOT)
+    state = hear(state, T0 + 1.4, author=OTHER_BOT)  # two bot turns: the idle cap
+    state = rules.record_usage(state, 1_000, T0).state
+    state = with_settings(state, enabled=False, paused=True, daily_token_budget=1_000)
+    return with_policy(state, "hana", enabled=False, muted=True)
+
+
+def _fix_channel(state: ChannelState) -> ChannelState:
+    return with_settings(state, enabled=True)
+
+
+def _fix_persona(state: ChannelState) -> ChannelState:
+    return with_policy(state, "hana", enabled=True, muted=True)
+
+
+def _unmute(state: ChannelState) -> ChannelState:
+    return with_policy(state, "hana", enabled=True, muted=False)
+
+
+def _unpause(state: ChannelState) -> ChannelState:
+    return with_settings(state, paused=False)
+
+
+def _no_budget(state: ChannelState) -> ChannelState:
+    return with_settings(state, daily_token_budget=None)
+
+
+def _no_idle_cap(state: ChannelState) -> ChannelState:
+    return with_settings(state, idle_cap=100)
+
+
+def _no_priority(state: ChannelState) -> ChannelState:
+    return replace(state, priority=None)
+
+
+# Each step removes the reason that was reported, revealing the next one in the fixed order.
+PRECEDENCE: list[tuple[Callable[[ChannelState], ChannelState] | None, RefusalReason]] = [
+    (None, R.NOT_ENABLED),  # the channel
+    (_fix_channel, R.NOT_ENABLED),  # the persona
+    (_fix_persona, R.MUTED),
+    (_unmute, R.PAUSED),
+    (_unpause, R.BUDGET),
+    (_no_budget, R.IDLE_CAP),
+    (_no_idle_cap, R.PRIORITY),
+    (_no_priority, R.TOO_LONG),
+]
+
+
+def test_refusal_reasons_come_in_a_fixed_order() -> None:
+    state = _everything_wrong()
+    reported: list[RefusalReason] = []
+    for fix, _ in PRECEDENCE:
+        state = fix(state) if fix is not None else state
+        reported.append(refusal(_consume(state, Tier.REMARK, T0 + 2, "x" * 121, based_on_seq=1)).reason)
+    reported.append(refusal(_consume(state, Tier.REMARK, T0 + 2, "short", based_on_seq=1)).reason)
+    reported.append(refusal(_consume(state, Tier.REMARK, T0 + 2, "short", based_on_seq=3)).reason)
+    assert reported == [*(reason for _, reason in PRECEDENCE), R.STALE, R.INSUFFICIENT]
+    granted = _consume(with_settings(state, capacity=1_000), Tier.REMARK, T0 + 2, "short", based_on_seq=3)
+    speech(granted)
+
+
+# --- consume ----------------------------------------------------------------------------------------------
+
+
+def test_consume_by_tier_spends_its_cost_and_records_the_message() -> None:
+    state = channel(tiers=DISTINCT_RECOVERY)
+    transition = rules.consume(state, HANA, "そうだね", T0, spend_id="s-1", tier=Tier.REMARK)
+    granted = speech(transition)
+    assert rules.level(transition.state, T0) == 40
+    assert (granted.spend.id, granted.spend.cost, granted.spend.state) == ("s-1", 60, SpendState.SPOKEN)
+    assert granted.spend.refund_at == T0 + 5.0
+    message = granted.message
+    assert (message.seq, message.author_id, message.author_kind, message.text) == (
+        1,
+        "hana",
+        AuthorKind.PERSONA,
+        "そうだね",
+    )
+    assert (message.tier, message.cost, message.spend_id) == (Tier.REMARK, 60, "s-1")
+    assert granted.spend.message_seq == 1
+    assert transition.new_spends == (granted.spend,)
+    assert transition.new_messages == (message,)
+    assert transition.state.last_seq == 1
+
+
+@pytest.mark.parametrize(
+    ("amount", "tier"),
+    [(5, Tier.AIZUCHI), (59, Tier.AIZUCHI), (60, Tier.REMARK), (79, Tier.REMARK), (80, Tier.LONG), (100, Tier.LONG)],
+)
+def test_consume_by_amount_buys_the_most_expensive_tier_it_covers(amount: int, tier: Tier) -> None:
+    transition = rules.consume(channel(), HANA, "ok", T0, spend_id=new_id(), amount=amount)
+    granted = speech(transition)
+    assert granted.message.tier is tier
+    # The reference design's consume(amount) takes the amount itself from the pool.
+    assert granted.spend.cost == amount
+    assert rules.level(transition.state, T0) == 100 - amount
+
+
+def test_amount_limits_the_text_to_its_tier() -> None:
+    transition = rules.consume(channel(), HANA, "x" * 25, T0, spend_id=new_id(), amount=59)
+    assert refusal(transition).reason is R.TOO_LONG
+
+
+def test_amount_the_pool_cannot_cover_yet_is_refused_with_a_wait() -> None:
+    state = said(channel(), KAI, Tier.LONG, T0)
+    transition = rules.consume(state, HANA, "ok", T0 + 2, spend_id=new_id(), amount=30)
+    assert (refusal(transition).reason, refusal(transition).retry_after) == (R.INSUFFICIENT, 3.0)
+
+
+@pytest.mark.parametrize("amount", [4, 0, -5, 101])
+def test_amount_outside_the_cheapest_tier_and_capacity_is_invalid(amount: int) -> None:
+    with pytest.raises(InvalidRequest) as raised:
+        rules.consume(channel(), HANA, "ok", T0, spend_id=new_id(), amount=amount)
+    assert raised.value.field == "amount"
+
+
+@pytest.mark.parametrize(("tier", "amount"), [(Tier.REMARK, 60), (None, None)])
+def test_consume_needs_exactly_one_of_tier_or_amount(tier: Tier | None, amount: int | None) -> None:
+    with pytest.raises(InvalidRequest) as raised:
+        rules.consume(channel(), HANA, "ok", T0, spend_id=new_id(), tier=tier, amount=amount)
+    assert raised.value.field in {"tier", "amount"}
+
+
+# --- claim, speak, release --------------------------------------------------------------------------------
+
+
+def test_claim_holds_the_tier_cost_until_its_ttl() -> None:
+    transition = rules.claim(channel(claim_ttl_s=30), "hana", Tier.REMARK, T0, claim_id="c-1")
+    assert isinstance(transition.outcome, ClaimGranted)
+    held = transition.outcome.spend
+    assert (held.id, held.cost, held.state, held.refund_at) == ("c-1", 60, SpendState.HELD, T0 + 30)
+    assert transition.new_spends == (held,)
+    assert rules.level(transition.state, T0) == 40
+
+
+def test_speak_in_the_claimed_tier_refunds_nothing_early() -> None:
+    state, held = hold(channel(tiers=DISTINCT_RECOVERY), "hana", Tier.REMARK, T0)
+    transition = rules.speak(state, HANA, held.id, "I agree with that.", T0 + 2)
+    granted = speech(transition)
+    assert granted.refunded == 0
+    assert (granted.spend.id, granted.spend.state, granted.spend.cost) == (held.id, SpendState.SPOKEN, 60)
+    assert granted.spend.refund_at == T0 + 2 + 5.0
+    assert granted.message.tier is Tier.REMARK
+    assert transition.changed_spends == (granted.spend,)
+    assert rules.level(transition.state, T0 + 6.9) == 40
+    assert rules.level(transition.state, T0 + 7) == 100
+
+
+def test_speak_in_a_cheaper_tier_refunds_the_difference_at_once() -> None:
+    state, held = hold(channel(tiers=DISTINCT_RECOVERY), "hana", Tier.LONG, T0)
+    transition = rules.speak(state, HANA, held.id, "うん", T0 + 1, tier=Tier.AIZUCHI)
+    granted = speech(transition)
+    assert granted.refunded == 75
+    assert (granted.spend.tier, granted.spend.cost) == (Tier.AIZUCHI, 5)
+    assert granted.message.tier is Tier.AIZUCHI
+    assert rules.level(transition.state, T0 + 1) == 95
+    # The rest comes back after the spoken tier's recovery (aizuchi: 2 s), not the claimed one's (10 s).
+    assert granted.spend.refund_at == T0 + 1 + 2.0
+    assert rules.level(transition.state, T0 + 3) == 100
+
+
+def test_speak_in_a_dearer_tier_than_claimed_is_invalid() -> None:
+    state, held = hold(channel(), "hana", Tier.REMARK, T0)
+    with pytest.raises(InvalidRequest) as raised:
+        rules.speak(state, HANA, held.id, "a long story", T0 + 1, tier=Tier.LONG)
+    assert raised.value.field == "tier"
+
+
+def test_release_refunds_the_claim_in_full_at_once() -> None:
+    state, held = hold(channel(), "hana", Tier.LONG, T0)
+    transition = rules.release(state, "hana", held.id, T0 + 1)
+    assert isinstance(transition.outcome, Released)
+    assert transition.outcome.spend.state is SpendState.RELEASED
+    assert transition.changed_spends == (transition.outcome.spend,)
+    assert rules.level(transition.state, T0 + 1) == 100
+    assert transition.state.claim_of("hana", T0 + 1) is None
+
+
+def test_releasing_twice_is_harmless() -> None:
+    state, held = hold(channel(), "hana", Tier.LONG, T0)
+    state = let_go(state, "hana", held.id, T0 + 1)
+    again = rules.release(state, "hana", held.id, T0 + 2)
+    assert isinstance(again.outcome, Released)
+    assert again.state is state
+    assert not again.changed
+
+
+def test_speak_after_release_is_a_conflict() -> None:
+    state, held = hold(channel(), "hana", Tier.REMARK, T0)
+    state = let_go(state, "hana", held.id, T0 + 1)
+    with pytest.raises(ConflictError):
+        rules.speak(state, HANA, held.id, "too late", T0 + 2)
+
+
+def test_speak_twice_on_one_claim_is_a_conflict() -> None:
+    state, held = hold(channel(), "hana", Tier.REMARK, T0)
+    state = rules.speak(state, HANA, held.id, "once", T0 + 1).state
+    with pytest.raises(ConflictError):
+        rules.speak(state, HANA, held.id, "twice", T0 + 2)
+    with pytest.raises(ConflictError):
+        rules.release(state, "hana", held.id, T0 + 2)
+
+
+def test_another_personas_claim_cannot_be_spoken_or_released() -> None:
+    state, held = hold(channel(), "kai", Tier.REMARK, T0)
+    with pytest.raises(PermissionDenied):
+        rules.speak(state, HANA, held.id, "mine now", T0 + 1)
+    with pytest.raises(PermissionDenied):
+        rules.release(state, "hana", held.id, T0 + 1)
+
+
+def test_unknown_claim_is_not_found() -> None:
+    with pytest.raises(NotFound) as raised:
+        rules.speak(channel(), HANA, "nope", "hello", T0)
+    assert raised.value.field == "claim_id"
+    with pytest.raises(NotFound):
+        rules.release(channel(), "hana", "nope", T0)
+
+
+def test_a_new_claim_replaces_the_personas_old_one() -> None:
+    state, first = hold(channel(), "hana", Tier.LONG, T0)  # 20 left
+    # The old claim is given back first, so the new one is affordable.
+    transition = rules.claim(state, "hana", Tier.REMARK, T0 + 1, claim_id="second")
+    assert isinstance(transition.outcome, ClaimGranted)
+    (released,) = transition.changed_spends
+    assert (released.id, released.state) == (first.id, SpendState.RELEASED)
+    assert rules.level(transition.state, T0 + 1) == 40
+    assert transition.state.claim_of("hana", T0 + 1) == transition.outcome.spend
+    with pytest.raises(ConflictError):
+        rules.speak(transition.state, HANA, first.id, "old claim", T0 + 2)
+
+
+def test_a_refused_new_claim_keeps_the_old_one() -> None:
+    state, first = hold(channel(), "hana", Tier.AIZUCHI, T0)
+    state = said(state, KAI, Tier.LONG, T0)  # 15 left
+    transition = rules.claim(state, "hana", Tier.REMARK, T0 + 1, claim_id=new_id())
+    assert refusal(transition).reason is R.INSUFFICIENT
+    assert transition.state.claim_of("hana", T0 + 1) == first
+
+
+def test_claims_expire_after_their_ttl(clock: FakeClock) -> None:
+    state, held = hold(channel(claim_ttl_s=30), "hana", Tier.LONG, clock())
+    clock.advance(29.999)
+    assert rules.level(state, clock()) == 20
+    assert state.claim_of("hana", clock()) == held
+    clock.advance(0.001)
+    assert rules.level(state, clock()) == 100
+    assert state.claim_of("hana", clock()) is None
+
+
+def test_speaking_on_an_expired_claim_is_granted_when_affordable(clock: FakeClock) -> None:
+    state, held = hold(channel(claim_ttl_s=30), "hana", Tier.LONG, clock())
+    clock.advance(31)
+    transition = rules.speak(state, HANA, held.id, "sorry, I was thinking", clock(), tier=Tier.REMARK)
+    granted = speech(transition)
+    # The expired claim held nothing any more, so there is nothing to give back: the remark is paid afresh.
+    assert granted.refunded == 0
+    assert rules.level(transition.state, clock()) == 40
+
+
+def test_speaking_on_an_expired_claim_is_refused_when_the_pool_moved_on(clock: FakeClock) -> None:
+    state, held = hold(channel(claim_ttl_s=30), "hana", Tier.REMARK, clock())
+    clock.advance(31)
+    state = said(state, KAI, Tier.LONG, clock())  # 20 left until 5 s from now
+    clock.advance(1)
+    transition = rules.speak(state, HANA, held.id, "as I was saying", clock())
+    assert (refusal(transition).reason, refusal(transition).retry_after) == (R.INSUFFICIENT, 4.0)
+
+
+def test_speaking_on_an_expired_claim_is_checked_for_priority_afresh(clock: FakeClock) -> None:
+    state, held = hold(channel(claim_ttl_s=30, priority_window_s=60), "hana", Tier.REMARK, clock())
+    clock.advance(31)
+    state = hear(state, clock(), addressed=("kai",))
+    assert refusal(rules.speak(state, HANA, held.id, "me too", clock() + 1)).reason is R.PRIORITY
+
+
+def _claimed_remark() -> tuple[ChannelState, str]:
+    state = hear(channel(idle_cap=2, daily_token_budget=1_000, priority_window_s=20), T0)
+    state, held = hold(state, "hana", Tier.REMARK, T0 + 1, based_on_seq=1)
+    return state, held.id
+
+
+def _others_took_the_idle_cap(state: ChannelState) -> ChannelState:
+    return hear(hear(state, T0 + 2, author=OTHER_BOT), T0 + 2, author=OTHER_BOT)
+
+
+def _budget_spent_meanwhile(state: ChannelState) -> ChannelState:
+    return rules.record_usage(state, 1_000, T0 + 2).state
+
+
+def _pool_shrank(state: ChannelState) -> ChannelState:
+    return with_settings(state, capacity=10, tiers={t: replace(r, cost=5) for t, r in state.settings.tiers.items()})
+
+
+def _kai_addressed_meanwhile(state: ChannelState) -> ChannelState:
+    return hear(state, T0 + 2, addressed=("kai",))
+
+
+@pytest.mark.parametrize(
+    "meanwhile",
+    [_others_took_the_idle_cap, _budget_spent_meanwhile, _pool_shrank, _kai_addressed_meanwhile],
+    ids=["idle_cap", "budget", "insufficient", "priority"],
+)
+def test_a_live_claim_is_not_refused_for_what_was_settled_when_it_was_granted(
+    meanwhile: Callable[[ChannelState], ChannelState],
+) -> None:
+    state, claim_id = _claimed_remark()
+    state = meanwhile(state)
+    speech(rules.speak(state, HANA, claim_id, "as I was saying", T0 + 3))
+
+
+def _paused_meanwhile(state: ChannelState) -> ChannelState:
+    return with_settings(state, paused=True)
+
+
+def _muted_meanwhile(state: ChannelState) -> ChannelState:
+    return with_policy(state, "hana", muted=True)
+
+
+def _disabled_meanwhile(state: ChannelState) -> ChannelState:
+    return with_settings(state, enabled=False)
+
+
+def _two_humans_meanwhile(state: ChannelState) -> ChannelState:
+    return hear(hear(state, T0 + 2), T0 + 2.5)
+
+
+@pytest.mark.parametrize(
+    ("meanwhile", "text", "reason"),
+    [
+        (_paused_meanwhile, "ok", R.PAUSED),
+        (_muted_meanwhile, "ok", R.MUTED),
+        (_disabled_meanwhile, "ok", R.NOT_ENABLED),
+        (lambda state: state, "x" * 121, R.TOO_LONG),
+        (_two_humans_meanwhile, "ok", R.STALE),
+    ],
+    ids=["paused", "muted", "not_enabled", "too_long", "stale"],
+)
+def test_a_live_claims_speech_is_still_refused_for_what_can_change(
+    meanwhile: Callable[[ChannelState], ChannelState], text: str, reason: RefusalReason
+) -> None:
+    state, claim_id = _claimed_remark()
+    state = meanwhile(state)
+    transition = rules.speak(state, HANA, claim_id, text, T0 + 3, based_on_seq=1)
+    assert refusal(transition).reason is reason
+    # The claim survives the refusal: the persona may fix the text, or release.
+    assert transition.state.claim_of("hana", T0 + 3) is not None
+
+
+# --- the idle cap -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("bot_turns", "refused"),
+    [
+        ((), False),
+        ((KAI,), False),
+        ((KAI, MIO), False),
+        ((KAI, MIO, HANA), True),
+        ((KAI, OTHER_BOT, MIO), True),  # bots that are not ours count too
+        ((OTHER_BOT, OTHER_BOT, OTHER_BOT), True),
+    ],
+)
+def test_idle_cap_counts_consecutive_bot_turns(bot_turns: tuple[rules.Author, ...], refused: bool) -> None:
+    state = hear(channel(idle_cap=3), T0)
+    for offset, author in enumerate(bot_turns, start=1):
+        if author.kind is AuthorKind.BOT:
+            state = hear(state, T0 + offset, author=author)
+        else:
+            state = said(state, author, Tier.AIZUCHI, T0 + offset * 2)
+    transition = _consume(state, Tier.AIZUCHI, T0 + 10)
+    assert (isinstance(transition.outcome, rules.Refusal) and transition.outcome.reason is R.IDLE_CAP) is refused
+
+
+def test_a_human_message_resets_the_idle_streak() -> None:
+    state = said(channel(idle_cap=2), KAI, Tier.AIZUCHI, T0)
+    state = said(state, MIO, Tier.AIZUCHI, T0)
+    assert refusal(_consume(state, Tier.AIZUCHI, T0 + 1)).reason is R.IDLE_CAP
+    state = hear(state, T0 + 2)
+    assert state.bot_streak == 0
+    speech(_consume(state, Tier.AIZUCHI, T0 + 3))
+
+
+def test_live_claims_of_other_personas_count_toward_the_idle_cap() -> None:
+    state = said(channel(idle_cap=2), KAI, Tier.AIZUCHI, T0)
+    state, _ = hold(state, "mio", Tier.AIZUCHI, T0 + 1)
+    assert refusal(_consume(state, Tier.AIZUCHI, T0 + 2)).reason is R.IDLE_CAP
+
+
+def test_a_personas_own_claim_does_not_count_toward_its_idle_cap() -> None:
+    state = said(channel(idle_cap=2), KAI, Tier.AIZUCHI, T0)
+    state, _ = hold(state, "hana", Tier.AIZUCHI, T0 + 1)
+    hold(state, "hana", Tier.REMARK, T0 + 2)  # replaces its claim: still one turn in flight
+
+
+def test_a_personas_own_claim_does_not_hold_back_its_one_step_speech() -> None:
+    state = said(channel(idle_cap=2), KAI, Tier.AIZUCHI, T0)
+    state, _ = hold(state, "hana", Tier.AIZUCHI, T0 + 1)
+    speech(_consume(state, Tier.AIZUCHI, T0 + 2))
+
+
+def test_an_expired_claim_no_longer_counts_toward_the_idle_cap() -> None:
+    state = said(channel(idle_cap=2, claim_ttl_s=10), KAI, Tier.AIZUCHI, T0)
+    state, _ = hold(state, "mio", Tier.AIZUCHI, T0)
+    assert refusal(_consume(state, Tier.AIZUCHI, T0 + 9)).reason is R.IDLE_CAP
+    speech(_consume(state, Tier.AIZUCHI, T0 + 10))
+
+
+def test_retracting_a_message_in_the_current_streak_gives_the_turn_back() -> None:
+    state = said(channel(idle_cap=2), KAI, Tier.AIZUCHI, T0)
+    state, granted = say(state, MIO, Tier.AIZUCHI, T0)
+    assert refusal(_consume(state, Tier.AIZUCHI, T0 + 1)).reason is R.IDLE_CAP
+    state = rules.retract(state, "mio", granted.message, T0 + 1).state
+    assert state.bot_streak == 1
+    speech(_consume(state, Tier.AIZUCHI, T0 + 1))
+
+
+def test_retracting_a_message_from_before_the_last_human_message_leaves_the_streak() -> None:
+    state, granted = say(channel(), KAI, Tier.AIZUCHI, T0)
+    state = hear(state, T0 + 1)
+    state = said(state, MIO, Tier.AIZUCHI, T0 + 2)
+    assert rules.retract(state, "kai", granted.message, T0 + 3).state.bot_streak == 1
+
+
+# --- priority ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("persona", "tier", "allowed"),
+    [
+        ("kai", Tier.REMARK, True),
+        ("kai", Tier.LONG, True),
+        ("hana", Tier.AIZUCHI, True),
+        ("hana", Tier.REMARK, False),
+        ("hana", Tier.LONG, False),
+    ],
+)
+def test_an_addressed_persona_has_the_floor_and_others_may_only_nod(persona: str, tier: Tier, allowed: bool) -> None:
+    state = hear(channel(priority_window_s=20), T0, text="Kai, what do you think?", addressed=("kai",))
+    transition = rules.claim(state, persona, tier, T0 + 1, claim_id=new_id())
+    if allowed:
+        assert isinstance(transition.outcome, ClaimGranted)
+    else:
+        assert (refusal(transition).reason, refusal(transition).retry_after) == (R.PRIORITY, 19.0)
+
+
+def test_priority_ends_when_the_addressed_persona_speaks() -> None:
+    state = hear(channel(capacity=200, priority_window_s=20), T0, addressed=("kai",))
+    state = said(state, KAI, Tier.REMARK, T0 + 1)
+    assert state.priority is None
+    speech(_consume(state, Tier.REMARK, T0 + 2))
+
+
+def test_priority_ends_when_the_addressed_persona_releases_its_claim() -> None:
+    state = hear(channel(priority_window_s=20), T0, addressed=("kai",))
+    state, held = hold(state, "kai", Tier.REMARK, T0 + 1)
+    # Holding a claim is not an answer yet.
+    assert refusal(_consume(state, Tier.REMARK, T0 + 2)).reason is R.PRIORITY
+    state = let_go(state, "kai", held.id, T0 + 3)
+    speech(_consume(state, Tier.REMARK, T0 + 3))
+
+
+def test_a_nod_from_the_addressed_persona_does_not_end_its_priority() -> None:
+    # The nod may answer an earlier message; the floor stays with the persona until it really answers.
+    state = hear(channel(priority_window_s=20), T0, addressed=("kai",))
+    state = said(state, KAI, Tier.AIZUCHI, T0 + 1)
+    assert state.priority is not None
+    state, held = hold(state, "kai", Tier.AIZUCHI, T0 + 2)
+    state = let_go(state, "kai", held.id, T0 + 3)
+    assert refusal(_consume(state, Tier.REMARK, T0 + 4)).reason is R.PRIORITY
+
+
+def test_priority_with_several_addressed_ends_when_each_has_answered() -> None:
+    state = hear(channel(capacity=1_000, priority_window_s=20), T0, addressed=("kai", "mio"))
+    state = said(state, KAI, Tier.REMARK, T0 + 1)
+    assert refusal(_consume(state, Tier.REMARK, T0 + 2)).reason is R.PRIORITY
+    state = said(state, MIO, Tier.REMARK, T0 + 2)
+    speech(_consume(state, Tier.REMARK, T0 + 3))
+
+
+@pytest.mark.parametrize(("after", "allowed"), [(19.999, False), (20.0, True), (25.0, True)])
+def test_priority_ends_when_the_window_passes(after: float, allowed: bool) -> None:
+    state = hear(channel(priority_window_s=20), T0, addressed=("kai",))
+    transition = _consume(state, Tier.REMARK, T0 + after)
+    assert isinstance(transition.outcome, rules.SpeechGranted) is allowed
+
+
+def test_no_priority_when_the_window_is_zero() -> None:
+    state = hear(channel(priority_window_s=0), T0, addressed=("kai",))
+    speech(_consume(state, Tier.REMARK, T0))
+
+
+def test_another_bot_addressing_a_persona_gives_no_priority() -> None:
+    state = hear(channel(priority_window_s=20), T0, author=OTHER_BOT, addressed=("kai",))
+    assert state.priority is None
+    speech(_consume(state, Tier.REMARK, T0 + 1))
+
+
+@pytest.mark.parametrize(
+    ("addressed", "persona", "tier", "after", "retry_after"),
+    [
+        ((), "hana", Tier.AIZUCHI, 0.5, None),
+        ((), "hana", Tier.REMARK, 0.5, 2.5),
+        ((), "hana", Tier.REMARK, 2.999, 0.001),
+        ((), "hana", Tier.REMARK, 3.0, None),
+        (("kai",), "hana", Tier.REMARK, 2.5, 17.5),  # the floor is kai's for the whole window
+        (("kai",), "kai", Tier.REMARK, 0.5, None),  # addressed personas are not held back
+    ],
+)
+def test_human_hold_makes_everyone_but_the_addressed_nod_only_briefly(
+    addressed: tuple[str, ...], persona: str, tier: Tier, after: float, retry_after: float | None
+) -> None:
+    """``retry_after`` None means the claim is granted."""
+    state = hear(channel(human_hold_s=3, priority_window_s=20), T0, addressed=addressed)
+    transition = rules.claim(state, persona, tier, T0 + after, claim_id=new_id())
+    if retry_after is None:
+        assert isinstance(transition.outcome, ClaimGranted)
+    else:
+        assert (refusal(transition).reason, refusal(transition).retry_after) == (R.PRIORITY, retry_after)
+
+
+def test_human_hold_applies_after_a_message_that_addresses_no_one() -> None:
+    state = hear(channel(human_hold_s=3), T0)
+    assert refusal(_consume(state, Tier.REMARK, T0 + 1)).reason is R.PRIORITY
+    speech(_consume(state, Tier.REMARK, T0 + 3))
+
+
+# --- staleness --------------------------------------------------------------------------------------------
+
+
+def _after(seq_1_then: tuple[str, ...]) -> ChannelState:
+    """seq 1 is a human message; then 'human', 'aizuchi', 'remark' or 'long' messages follow."""
+    state = hear(channel(capacity=1_000), T0)
+    for index, kind in enumerate(seq_1_then, start=1):
+        state = hear(state, T0 + index) if kind == "human" else said(state, KAI, Tier(kind), T0 + index)
+    return state
+
+
+@pytest.mark.parametrize(
+    ("tolerance", "since", "tier", "stale"),
+    [
+        (1, (), Tier.REMARK, False),
+        (1, ("human",), Tier.REMARK, False),
+        (1, ("human", "human"), Tier.REMARK, True),
+        (1, ("human", "remark"), Tier.LONG, True),
+        (1, ("remark", "long"), Tier.REMARK, True),
+        (1, ("aizuchi", "aizuchi", "aizuchi"), Tier.REMARK, False),  # nods do not move the conversation
+        (1, ("human", "aizuchi", "aizuchi"), Tier.REMARK, False),
+        (0, ("human",), Tier.REMARK, True),
+        (0, ("aizuchi",), Tier.REMARK, False),
+        (2, ("human", "remark"), Tier.REMARK, False),
+        (2, ("human", "remark", "human"), Tier.REMARK, True),
+        (0, ("human", "human", "human"), Tier.AIZUCHI, False),  # a nod is never stale
+    ],
+)
+def test_stale_counts_newer_substantive_messages(
+    tolerance: int, since: tuple[str, ...], tier: Tier, stale: bool
+) -> None:
+    state = with_settings(_after(since), stale_tolerance=tolerance)
+    transition = _consume(state, tier, T0 + 20, based_on_seq=1)
+    if stale:
+        assert (refusal(transition).reason, refusal(transition).retry_after) == (R.STALE, 0.0)
+    else:
+        speech(transition)
+
+
+def test_no_based_on_seq_is_never_stale() -> None:
+    speech(_consume(_after(("human", "human", "human")), Tier.REMARK, T0 + 20))
+
+
+def test_based_on_seq_ahead_of_the_history_is_invalid() -> None:
+    state = _after(("human",))
+    with pytest.raises(InvalidRequest) as raised:
+        _consume(state, Tier.REMARK, T0 + 20, based_on_seq=3)
+    assert raised.value.field == "based_on_seq"
+    with pytest.raises(InvalidRequest):
+        rules.claim(state, "hana", Tier.REMARK, T0 + 20, claim_id=new_id(), based_on_seq=3)
+
+
+def test_based_on_the_latest_seq_is_fresh() -> None:
+    state = _after(("human", "human"))
+    speech(_consume(state, Tier.REMARK, T0 + 20, based_on_seq=state.last_seq))
+
+
+def test_a_retracted_remark_no_longer_makes_replies_stale() -> None:
+    state = hear(channel(), T0)
+    state = hear(state, T0 + 1)
+    state, granted = say(state, KAI, Tier.REMARK, T0 + 2)
+    assert refusal(_consume(state, Tier.LONG, T0 + 8, based_on_seq=1)).reason is R.STALE
+    state = rules.retract(state, "kai", granted.message, T0 + 8).state
+    speech(_consume(state, Tier.LONG, T0 + 8, based_on_seq=1))
+
+
+# --- the daily token budget -------------------------------------------------------------------------------
+
+
+def test_record_usage_accumulates_within_a_utc_day() -> None:
+    state = channel()
+    state = rules.record_usage(state, 300, _utc("2026-07-25T00:00:01")).state
+    state = rules.record_usage(state, 200, _utc("2026-07-25T23:59:59")).state
+    assert rules.tokens_today(state, _utc("2026-07-25T23:59:59")) == 500
+
+
+@pytest.mark.parametrize(("used", "refused"), [(0, False), (999, False), (1_000, True), (5_000, True)])
+def test_budget_refuses_once_the_days_tokens_are_spent(used: int, refused: bool) -> None:
+    state = rules.record_usage(channel(daily_token_budget=1_000), used, T0).state
+    transition = _consume(state, Tier.AIZUCHI, T0)
+    assert (isinstance(transition.outcome, rules.Refusal) and transition.outcome.reason is R.BUDGET) is refused
+
+
+def test_no_budget_never_refuses() -> None:
+    state = rules.record_usage(channel(daily_token_budget=None), 10_000_000, T0).state
+    speech(_consume(state, Tier.AIZUCHI, T0))
+
+
+def test_budget_resets_on_the_next_utc_day() -> None:
+    late = _utc("2026-07-25T23:59:59") + 0.5
+    state = rules.record_usage(channel(daily_token_budget=1_000), 1_000, late).state
+    found = refusal(_consume(state, Tier.AIZUCHI, late))
+    assert (found.reason, found.retry_after) == (R.BUDGET, 0.5)
+    midnight = _utc("2026-07-26T00:00:00")
+    assert rules.tokens_today(state, midnight) == 0
+    speech(_consume(state, Tier.AIZUCHI, midnight))
+    next_day = rules.record_usage(state, 10, midnight + 1).state
+    assert rules.tokens_today(next_day, midnight + 1) == 10
+
+
+# --- humans never pay -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("author", [HUMAN, OTHER_BOT], ids=["human", "other-bot"])
+def test_observed_messages_cost_nothing(author: rules.Author) -> None:
+    state = said(channel(), KAI, Tier.REMARK, T0)
+    transition = rules.observe(state, author, "a long message " * 20, T0 + 1, platform_message_id="p-1")
+    assert isinstance(transition.outcome, Message)
+    assert (transition.outcome.cost, transition.outcome.tier, transition.outcome.spend_id) == (0, None, None)
+    assert transition.new_spends == ()
+    assert transition.state.spends == state.spends
+    assert rules.level(transition.state, T0 + 1) == rules.level(state, T0 + 1) == 40
+    assert transition.outcome.seq == state.last_seq + 1
+
+
+def test_a_human_message_records_whom_it_addresses() -> None:
+    transition = rules.observe(channel(), HUMAN, "Kai?", T0, addressed=("kai",))
+    assert isinstance(transition.outcome, Message)
+    assert transition.outcome.addressed == ("kai",)
+    assert transition.state.last_human_seq == 1
+    assert transition.state.last_human_at == T0
+
+
+# --- retract and link -------------------------------------------------------------------------------------
+
+
+def test_retract_refunds_at_once_and_marks_the_message() -> None:
+    state, granted = say(channel(), HANA, Tier.LONG, T0)
+    transition = rules.retract(state, "hana", granted.message, T0 + 1)
+    assert isinstance(transition.outcome, Message)
+    assert transition.outcome.retracted
+    assert transition.changed_messages == (transition.outcome,)
+    (spend,) = transition.changed_spends
+    assert (spend.id, spend.state) == (granted.spend.id, SpendState.RETRACTED)
+    assert rules.level(transition.state, T0 + 1) == 100
+
+
+def test_retract_of_a_spoken_claim_refunds_it() -> None:
+    state, held = hold(channel(), "hana", Tier.LONG, T0)
+    spoken = rules.speak(state, HANA, held.id, "hello", T0 + 1)
+    transition = rules.retract(spoken.state, "hana", speech(spoken).message, T0 + 2)
+    (refunded,) = transition.changed_spends
+    assert (refunded.id, refunded.state) == (held.id, SpendState.RETRACTED)
+    assert rules.level(transition.state, T0 + 2) == 100
+
+
+def test_only_the_author_persona_may_retract() -> None:
+    state, granted = say(channel(), HANA, Tier.REMARK, T0)
+    with pytest.raises(PermissionDenied):
+        rules.retract(state, "kai", granted.message, T0 + 1)
+
+
+def test_a_human_message_cannot_be_retracted() -> None:
+    transition = rules.observe(channel(), HUMAN, "hi", T0)
+    assert isinstance(transition.outcome, Message)
+    with pytest.raises(PermissionDenied):
+        rules.retract(transition.state, HUMAN.id, transition.outcome, T0 + 1)
+
+
+def test_a_posted_message_cannot_be_retracted() -> None:
+    state, granted = say(channel(), HANA, Tier.REMARK, T0)
+    linked = rules.link_platform_id(state, "hana", granted.message, "p-1").outcome
+    assert isinstance(linked, Message)
+    with pytest.raises(ConflictError):
+        rules.retract(state, "hana", linked, T0 + 1)
+
+
+def test_retracting_twice_is_harmless() -> None:
+    state, granted = say(channel(), HANA, Tier.REMARK, T0)
+    first = rules.retract(state, "hana", granted.message, T0 + 1)
+    assert isinstance(first.outcome, Message)
+    again = rules.retract(first.state, "hana", first.outcome, T0 + 2)
+    assert again.state is first.state
+    assert not again.changed
+
+
+def test_link_attaches_the_platform_id_once() -> None:
+    state, granted = say(channel(), HANA, Tier.REMARK, T0)
+    transition = rules.link_platform_id(state, "hana", granted.message, "p-1")
+    assert isinstance(transition.outcome, Message)
+    assert transition.outcome.platform_message_id == "p-1"
+    assert transition.changed_messages == (transition.outcome,)
+    again = rules.link_platform_id(state, "hana", transition.outcome, "p-1")
+    assert not again.changed
+    with pytest.raises(ConflictError) as raised:
+        rules.link_platform_id(state, "hana", transition.outcome, "p-2")
+    assert raised.value.field == "platform_message_id"
+
+
+def test_only_the_author_may_link_a_message() -> None:
+    state, granted = say(channel(), HANA, Tier.REMARK, T0)
+    with pytest.raises(PermissionDenied):
+        rules.link_platform_id(state, "kai", granted.message, "p-1")
+
+
+def test_a_retracted_message_cannot_be_linked() -> None:
+    state, granted = say(channel(), HANA, Tier.REMARK, T0)
+    retracted = rules.retract(state, "hana", granted.message, T0 + 1)
+    assert isinstance(retracted.outcome, Message)
+    with pytest.raises(ConflictError):
+        rules.link_platform_id(retracted.state, "hana", retracted.outcome, "p-1")
+
+
+# --- clearing the history ---------------------------------------------------------------------------------
+
+
+def test_clear_history_forgets_the_conversation_but_not_the_sequence() -> None:
+    state = hear(channel(capacity=200, idle_cap=2, priority_window_s=20), T0, addressed=("kai",))
+    state = said(state, KAI, Tier.REMARK, T0 + 1)
+    state = said(state, MIO, Tier.REMARK, T0 + 1)
+    cleared = rules.clear_history(state).state
+    assert (cleared.bot_streak, cleared.priority, cleared.recent_substantive) == (0, None, ())
+    assert cleared.last_seq == 3
+    state, granted = say(cleared, HANA, Tier.AIZUCHI, T0 + 2, based_on_seq=3)
+    assert granted.message.seq == 4
