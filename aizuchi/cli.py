@@ -75,10 +75,42 @@ def _arbiter(args: argparse.Namespace) -> int:
     return _run(main)
 
 
+def _personas_check(args: argparse.Namespace) -> int:
+    import os
+    from pathlib import Path
+
+    from bots.check import check_personas
+    from bots.settings import BotsSettings
+
+    settings = BotsSettings()
+    directory = Path(args.dir) if args.dir else settings.personas_dir
+    report = check_personas(directory, settings.profiles_file, os.environ)
+    for persona in report.personas:
+        token = persona.discord_token_env or "-"
+        state = "set" if persona.discord_token_env and os.environ.get(persona.discord_token_env) else "not set"
+        print(
+            f"{persona.id:<10} {persona.display_name:<10} {persona.language}  profile={persona.provider:<10}"
+            f" talkativeness={persona.talkativeness:.2f}  discord token {token} ({state})"
+        )
+    for warning in report.warnings:
+        print(f"warning: {warning}")
+    for error in report.errors:
+        print(f"error: {error}", file=sys.stderr)
+    print(f"{len(report.personas)} persona(s) checked: " + ("ok" if report.ok else f"{len(report.errors)} error(s)"))
+    return 0 if report.ok else 1
+
+
 def _bench_arbiter(args: argparse.Namespace) -> int:
     from bench.arbiter_load import run_benchmark
 
     _configure_logging("WARNING")
+    return _run(lambda: run_benchmark(args))
+
+
+def _bench_conversation(args: argparse.Namespace) -> int:
+    from bench.conversation import run_benchmark
+
+    _configure_logging("ERROR")
     return _run(lambda: run_benchmark(args))
 
 
@@ -96,6 +128,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--port", type=int, help=argparse.SUPPRESS)
     run.set_defaults(func=_arbiter)
 
+    personas = commands.add_parser("personas", help="work with persona files")
+    persona_commands = personas.add_subparsers(dest="personas_command", required=True, metavar="<action>")
+    check = persona_commands.add_parser("check", help="validate every persona file")
+    check.add_argument("--dir", help="persona directory (default: AIZUCHI_PERSONAS_DIR or personas/)")
+    check.set_defaults(func=_personas_check)
+
     bench = commands.add_parser("bench", help="run a benchmark and print its numbers")
     benches = bench.add_subparsers(dest="bench", required=True, metavar="<benchmark>")
     load = benches.add_parser("arbiter", help="drive the HTTP API with concurrent clients")
@@ -109,6 +147,18 @@ def _parser() -> argparse.ArgumentParser:
         help="server to create a scratch database on",
     )
     load.set_defaults(func=_bench_arbiter)
+    talk = benches.add_parser("conversation", help="default mode against tool-loop mode on one scripted conversation")
+    talk.add_argument("--personas", default="rin,theo,juno,hana,sora", help="persona ids (3 to 5 make sense)")
+    talk.add_argument("--personas-dir", default="personas")
+    talk.add_argument("--mode", choices=["decide", "tool-loop", "both"], default="both")
+    talk.add_argument("--lines", type=int, default=10, help="human lines in the script (default 10)")
+    talk.add_argument("--every", type=float, default=20.0, help="conversation seconds between human lines")
+    talk.add_argument("--tail", type=float, default=60.0, help="conversation seconds of quiet after the last line")
+    talk.add_argument("--latency", type=float, default=1.0, help="the provider's seconds per request")
+    talk.add_argument("--speed", type=float, default=10.0, help="how much faster than the clock time runs")
+    talk.add_argument("--seed", type=int, default=7)
+    talk.add_argument("--transcript", action="store_true", help="print both conversations")
+    talk.set_defaults(func=_bench_conversation)
     return parser
 
 

@@ -1,0 +1,132 @@
+"""A typed client of the arbiter's HTTP API, speaking ``arbiter.contract``'s wire models.
+
+One ``aiohttp.ClientSession`` (created by the caller, passed in) per process; each persona has its own token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import aiohttp
+from pydantic import BaseModel, ValidationError
+
+from arbiter import contract as wire
+from bots.errors import ArbiterRejected, ArbiterUnavailable
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+__all__ = ("ArbiterClient",)
+
+_log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class ArbiterClient:
+    """The arbiter as one persona sees it."""
+
+    def __init__(self, session: aiohttp.ClientSession, base_url: str, token: str, *, timeout_s: float = 10.0) -> None:
+        self._session = session
+        self._base = base_url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}"}
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+
+    def _url(self, channel_id: str, path: str = "") -> str:
+        return f"{self._base}/v1/channels/{channel_id}{path}"
+
+    async def _call(
+        self, method: str, url: str, model: type[M] | None, body: BaseModel | None = None, **params: Any
+    ) -> M | None:
+        data = None if body is None else body.model_dump_json(exclude_none=True)
+        headers = self._headers if data is None else {**self._headers, "Content-Type": "application/json"}
+        try:
+            async with self._session.request(
+                method, url, data=data, headers=headers, params=params or None, timeout=self._timeout
+            ) as response:
+                raw = await response.read()
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise ArbiterUnavailable(f"{method} {url}: {type(error).__name__}: {error}") from error
+        if status >= 500:
+            raise ArbiterUnavailable(f"{method} {url}: HTTP {status}")
+        if status >= 400:
+            raise _rejected(status, raw)
+        if model is None or status == 204:
+            return None
+        try:
+            return model.model_validate_json(raw)
+        except ValidationError as error:
+            raise ArbiterUnavailable(f"{method} {url}: unexpected answer: {error}") from error
+
+    async def _expect(self, method: str, url: str, model: type[M], body: BaseModel | None = None, **params: Any) -> M:
+        result = await self._call(method, url, model, body, **params)
+        assert result is not None
+        return result
+
+    # --- the persona's calls ---------------------------------------------------------------------------
+
+    async def status(self, channel_id: str) -> wire.StatusView:
+        return await self._expect("GET", self._url(channel_id, "/status"), wire.StatusView)
+
+    async def history(self, channel_id: str, *, after: int = 0, limit: int = 50) -> wire.HistoryPage:
+        return await self._expect("GET", self._url(channel_id, "/history"), wire.HistoryPage, after=after, limit=limit)
+
+    async def claim(self, channel_id: str, request: wire.ClaimRequest) -> wire.ClaimResult:
+        return await self._expect("POST", self._url(channel_id, "/claims"), wire.ClaimResult, request)
+
+    async def speak(self, channel_id: str, claim_id: str, request: wire.SpeakRequest) -> wire.SpeakResult:
+        return await self._expect("POST", self._url(channel_id, f"/claims/{claim_id}/speak"), wire.SpeakResult, request)
+
+    async def release(self, channel_id: str, claim_id: str) -> wire.ReleaseResult:
+        return await self._expect("DELETE", self._url(channel_id, f"/claims/{claim_id}"), wire.ReleaseResult)
+
+    async def consume(self, channel_id: str, request: wire.ConsumeRequest) -> wire.SpeakResult:
+        return await self._expect("POST", self._url(channel_id, "/consume"), wire.SpeakResult, request)
+
+    async def report_usage(self, channel_id: str, report: wire.UsageReport) -> wire.UsageResult:
+        return await self._expect("POST", self._url(channel_id, "/usage"), wire.UsageResult, report)
+
+    async def retract(self, channel_id: str, seq: int) -> wire.RetractResult:
+        return await self._expect("POST", self._url(channel_id, f"/messages/{seq}/retract"), wire.RetractResult)
+
+    async def link(self, channel_id: str, seq: int, platform_message_id: str) -> wire.MessageView:
+        body = wire.LinkRequest(platform_message_id=platform_message_id)
+        return await self._expect("PUT", self._url(channel_id, f"/messages/{seq}/platform-id"), wire.MessageView, body)
+
+    async def register(self, persona_id: str, registration: wire.PersonaRegistration) -> None:
+        await self._call("PUT", f"{self._base}/v1/personas/{persona_id}", None, registration)
+
+    async def events(self, channel_id: str, *, after: int | None = None) -> AsyncIterator[dict[str, Any]]:
+        """The channel's event stream, from ``after`` (replayed from the history) onward. Ends when the
+        connection does; the caller reconnects with the last seq it saw, so nothing is missed."""
+        params = {} if after is None else {"after": str(after)}
+        try:
+            # The handshake gets the same time limit as any call; once open, heartbeats notice a dead stream.
+            async with asyncio.timeout(self._timeout.total):
+                socket = await self._session.ws_connect(
+                    self._url(channel_id, "/events"), headers=self._headers, params=params, heartbeat=30
+                )
+            async with socket:
+                async for frame in socket:
+                    if frame.type is aiohttp.WSMsgType.TEXT:
+                        yield json.loads(frame.data)
+                    elif frame.type in (aiohttp.WSMsgType.ERROR, aiohttp.WSMsgType.CLOSED):
+                        return
+        except aiohttp.WSServerHandshakeError as error:
+            if 400 <= error.status < 500:
+                raise ArbiterRejected(error.status, "stream_refused", error.message) from error
+            raise ArbiterUnavailable(f"event stream of {channel_id}: HTTP {error.status}") from error
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise ArbiterUnavailable(f"event stream of {channel_id}: {type(error).__name__}: {error}") from error
+
+
+def _rejected(status: int, raw: bytes) -> ArbiterRejected:
+    try:
+        error = wire.ErrorBody.model_validate_json(raw).error
+    except ValidationError:
+        return ArbiterRejected(status, "http_error", raw[:200].decode(errors="replace"))
+    return ArbiterRejected(status, error.code, error.message, error.field)

@@ -1,0 +1,227 @@
+"""The Anthropic adapter: the official SDK (async), one long-lived client, Messages API.
+
+Mapping: system -> ``system``; turns -> ``messages`` (an assistant turn's tool calls become ``tool_use``
+blocks, the next user turn's results ``tool_result`` blocks); tools -> ``{name, description, input_schema}``;
+tool_choice -> ``{"type": "auto" | "any" | "none" | "tool"}``. No ``temperature``: the SDK no longer takes
+it and newer models reject non-default sampling.
+
+Thinking: newer models (Claude Haiku 5.5 and later) think by default, and a request that forces a tool while
+thinking is on is rejected. With the profile's ``thinking = "off"`` (the default) every request says
+``thinking: {"type": "disabled"}``: our replies are short, and latency matters more than deliberation.
+Models that cannot stop thinking (Opus 5.5, Fable 5.1) need ``thinking = "model_default"`` and
+``structured_output = "json_schema"`` (the decision then comes through ``output_config``, not a forced tool).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+import anthropic
+
+from bots.llm.base import (
+    ChatProvider,
+    Completion,
+    CompletionRequest,
+    DecisionRequest,
+    DecisionResult,
+    LLMAuthError,
+    LLMBadOutput,
+    LLMBadRequest,
+    LLMError,
+    LLMRateLimited,
+    LLMTimeout,
+    LLMUnavailable,
+    StopReason,
+    ToolCall,
+    Turn,
+    Usage,
+    decision_instructions,
+    decision_schema,
+    parse_decision_json,
+    retry_after_from_headers,
+)
+
+if TYPE_CHECKING:
+    from bots.llm.profiles import ProviderProfile
+
+__all__ = ("DEFAULT_ANTHROPIC_URL", "AnthropicChat")
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_ANTHROPIC_URL = "https://api.anthropic.com"
+
+_STOP_REASONS: dict[str, StopReason] = {
+    "end_turn": "end_turn",
+    "stop_sequence": "end_turn",
+    "tool_use": "tool_use",
+    "max_tokens": "max_tokens",
+    "model_context_window_exceeded": "max_tokens",
+    "refusal": "refusal",
+}
+
+
+class AnthropicChat(ChatProvider):
+    def __init__(self, profile: ProviderProfile, api_key: str) -> None:
+        self.profile = profile
+        self.name = f"anthropic/{profile.model}"
+        # The key goes to the SDK and nowhere else: not stored here, not logged.
+        self._client = anthropic.AsyncAnthropic(
+            api_key=api_key,
+            base_url=profile.base_url or DEFAULT_ANTHROPIC_URL,
+            timeout=profile.timeout_s,
+            max_retries=profile.max_retries,
+        )
+
+    def __repr__(self) -> str:
+        return f"AnthropicChat(profile={self.profile.name!r}, model={self.profile.model!r})"
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        params = self._params(request.system, request.turns, request.max_tokens)
+        if request.tools:
+            params["tools"] = [
+                {"name": tool.name, "description": tool.description, "input_schema": dict(tool.parameters)}
+                for tool in request.tools
+            ]
+            params["tool_choice"] = _tool_choice(request.tool_choice)
+        message = await self._create(params)
+        return _completion(message)
+
+    async def decide(self, request: DecisionRequest) -> DecisionResult:
+        if self.profile.structured_output != "json_schema":
+            return await super().decide(request)
+        system = f"{request.system}\n\n{decision_instructions(request)}".strip()
+        params = self._params(system, request.turns, request.max_tokens)
+        params["output_config"] = {"format": {"type": "json_schema", "schema": decision_schema(request)}}
+        completion = _completion(await self._create(params))
+        return DecisionResult(parse_decision_json(completion.text, request, completion.usage), completion.usage)
+
+    def _params(self, system: str, turns: tuple[Turn, ...], max_tokens: int | None) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "model": self.profile.model,
+            "max_tokens": max_tokens or self.profile.max_tokens,
+            "messages": _messages(turns),
+        }
+        if system:
+            params["system"] = system
+        if self.profile.thinking == "off":
+            params["thinking"] = {"type": "disabled"}
+        if self.profile.extra_body:
+            params["extra_body"] = dict(self.profile.extra_body)
+        return params
+
+    async def _create(self, params: dict[str, Any]) -> object:
+        try:
+            return await self._client.messages.create(**params)
+        except anthropic.AnthropicError as err:
+            error = _translate(err)
+            _log.warning("anthropic call failed model=%s error=%s: %s", self.profile.model, type(error).__name__, error)
+            raise error from err
+        except json.JSONDecodeError as err:
+            # The SDK lets a body that claims to be JSON but is not escape as a decoding error.
+            raise LLMBadOutput("the API answered with a body that is not valid JSON") from err
+
+
+def _tool_choice(choice: str) -> dict[str, str]:
+    if choice == "auto":
+        return {"type": "auto"}
+    if choice == "required":
+        return {"type": "any"}
+    if choice == "none":
+        return {"type": "none"}
+    return {"type": "tool", "name": choice}
+
+
+def _messages(turns: tuple[Turn, ...]) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    for turn in turns:
+        blocks: list[dict[str, Any]] = [
+            {
+                "type": "tool_result",
+                "tool_use_id": result.call_id,
+                "content": result.content,
+                **({"is_error": True} if result.is_error else {}),
+            }
+            for result in turn.tool_results
+        ]
+        if turn.text:
+            blocks.append({"type": "text", "text": turn.text})
+        blocks.extend(
+            {"type": "tool_use", "id": call.id, "name": call.name, "input": dict(call.arguments)}
+            for call in turn.tool_calls
+        )
+        # An empty turn would be a 400; it says nothing, so it is left out.
+        if not blocks:
+            continue
+        only_text = len(blocks) == 1 and blocks[0]["type"] == "text"
+        messages.append({"role": turn.role, "content": turn.text if only_text else blocks})
+    return messages
+
+
+def _completion(message: object) -> Completion:
+    reported = getattr(message, "usage", None)
+    usage = _usage(reported)
+    content = getattr(message, "content", None)
+    if not isinstance(content, list):
+        raise LLMBadOutput(
+            f"the API answered with something that is not a message: {type(message).__name__}",
+            usage=usage if reported is not None else None,
+        )
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    # Blocks are read by type, not position: a response may open with thinking blocks.
+    for block in content:
+        kind = getattr(block, "type", None)
+        if kind == "text":
+            texts.append(str(getattr(block, "text", "")))
+        elif kind == "tool_use":
+            arguments = getattr(block, "input", None)
+            if not isinstance(arguments, dict):
+                raise LLMBadOutput(f"tool {getattr(block, 'name', '?')!r} was called with a non-object", usage=usage)
+            calls.append(ToolCall(id=str(block.id), name=str(block.name), arguments=arguments))
+    stop = _STOP_REASONS.get(str(getattr(message, "stop_reason", "")), "other")
+    return Completion(text="".join(texts).strip(), tool_calls=tuple(calls), usage=usage, stop_reason=stop)
+
+
+def _usage(usage: object) -> Usage:
+    if usage is None:
+        return Usage()
+    # Cached input is still input: the total is what the budget pays for.
+    prompt = sum(
+        int(getattr(usage, name, None) or 0)
+        for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    )
+    return Usage(prompt_tokens=prompt, completion_tokens=int(getattr(usage, "output_tokens", None) or 0))
+
+
+def _translate(err: anthropic.AnthropicError) -> LLMError:
+    # Order matters: the timeout error is a connection error, and a 429 is a status error.
+    if isinstance(err, anthropic.APITimeoutError):
+        return LLMTimeout("the Anthropic API did not answer in time")
+    if isinstance(err, anthropic.APIConnectionError):
+        return LLMUnavailable(f"could not reach the Anthropic API: {err.message}")
+    if isinstance(err, anthropic.APIStatusError):
+        return _translate_status(err)
+    if isinstance(err, anthropic.APIResponseValidationError):
+        return LLMBadOutput(f"the Anthropic API answered with an unexpected body: {err.message}")
+    if isinstance(err, anthropic.CredentialsError):
+        return LLMAuthError(f"Anthropic credentials: {err}")
+    return LLMError(f"Anthropic SDK error: {type(err).__name__}: {err}")
+
+
+def _translate_status(err: anthropic.APIStatusError) -> LLMError:
+    status = err.status_code
+    detail = f"Anthropic API {status}: {err.api_message or err.message}"
+    if status == 429:
+        return LLMRateLimited(detail, retry_after=retry_after_from_headers(err.response.headers), status=status)
+    if status in (401, 403):
+        return LLMAuthError(detail, status=status)
+    if status == 408:
+        return LLMTimeout(detail, status=status)
+    if status == 409 or status >= 500:
+        return LLMUnavailable(detail, status=status)
+    return LLMBadRequest(detail, status=status)

@@ -1,0 +1,382 @@
+"""The provider-neutral LLM interface: values in, completion or decision and usage out, one error family.
+
+Every provider turns a :class:`CompletionRequest` into one API call and back into a :class:`Completion`
+(the primitive of a tool-dispatch loop), and answers a :class:`DecisionRequest` with a
+:class:`DecisionResult`: pass, or a tier and a text. The default :meth:`ChatProvider.decide` forces one call
+of a ``decide`` tool whose JSON schema is built from the request; an adapter may override it (OpenAI's and
+Anthropic's ``json_schema`` modes).
+
+Errors: each adapter translates its SDK's exceptions once, into the :class:`LLMError` family below. Errors
+raised after the API answered carry the answer's token ``usage`` so budgets still see what was spent.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal, get_args
+
+if TYPE_CHECKING:
+    from types import TracebackType
+    from typing import Self
+
+__all__ = (
+    "ACTIONS",
+    "DECIDE_TOOL",
+    "Action",
+    "ChatProvider",
+    "Completion",
+    "CompletionRequest",
+    "Decision",
+    "DecisionRequest",
+    "DecisionResult",
+    "LLMAuthError",
+    "LLMBadOutput",
+    "LLMBadRequest",
+    "LLMError",
+    "LLMRateLimited",
+    "LLMTimeout",
+    "LLMUnavailable",
+    "StopReason",
+    "ToolCall",
+    "ToolChoice",
+    "ToolResult",
+    "ToolSpec",
+    "Turn",
+    "Usage",
+    "decision_instructions",
+    "decision_schema",
+    "decision_tool",
+    "parse_decision",
+    "parse_decision_json",
+    "retry_after_from_headers",
+)
+
+Action = Literal["pass", "aizuchi", "remark", "long"]
+ACTIONS: tuple[Action, ...] = get_args(Action)
+DECIDE_TOOL = "decide"
+
+# "auto" | "required" | "none", or the name of one tool the model must call.
+ToolChoice = str
+# Normalised from each API's own vocabulary (Anthropic's names, which are the most telling).
+StopReason = Literal["end_turn", "tool_use", "max_tokens", "refusal", "other"]
+
+_ACTION_MEANING: dict[str, str] = {
+    "pass": "stay silent this time",
+    "aizuchi": "a short backchannel reply: a nod, a laugh, 'I see', 'no way!'",
+    "remark": "an ordinary remark: an opinion, a question, a reply",
+    "long": "a longer remark, for a new topic or an explanation",
+}
+
+
+# --- values ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool the model may call. ``parameters`` is a JSON schema of an object."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A call the model made. ``arguments`` is always a JSON object (adapters refuse anything else)."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What a tool returned, fed back to the model in the user turn after the call. ``content`` is text (JSON)."""
+
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One conversation turn. An assistant turn may carry tool calls; the next user turn carries their results."""
+
+    role: Literal["user", "assistant"]
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_results: tuple[ToolResult, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.role not in ("user", "assistant"):
+            raise ValueError(f"a turn's role is 'user' or 'assistant', not {self.role!r}")
+        if self.role == "user" and self.tool_calls:
+            raise ValueError("only an assistant turn carries tool calls")
+        if self.role == "assistant" and self.tool_results:
+            raise ValueError("only a user turn carries tool results")
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionRequest:
+    """One model call. ``turns`` should end with a user turn: newer models reject an assistant prefill.
+
+    ``max_tokens`` of None means the profile's ``max_tokens``.
+    """
+
+    system: str
+    turns: tuple[Turn, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: ToolChoice = "auto"
+    max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        forced = self.tool_choice not in ("auto", "required", "none")
+        if forced and self.tool_choice not in {tool.name for tool in self.tools}:
+            raise ValueError(f"tool_choice names {self.tool_choice!r}, which is not among the request's tools")
+        if self.tool_choice == "required" and not self.tools:
+            raise ValueError("tool_choice 'required' needs at least one tool")
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    usage: Usage
+    stop_reason: StopReason
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: Action
+    text: str = ""
+
+    def __post_init__(self) -> None:
+        if self.action not in ACTIONS:
+            raise ValueError(f"unknown action {self.action!r}")
+        if self.action != "pass" and not self.text.strip():
+            raise ValueError(f"a {self.action!r} decision needs a text")
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRequest:
+    """Ask the model what to do now.
+
+    ``actions`` are what the persona may choose (what it can afford); "pass" is always allowed and added if
+    missing. ``max_lengths`` gives each tier's maximum length in display columns (a wide character counts 2),
+    for the instructions; the provider does not trim, the runtime does.
+    """
+
+    system: str
+    turns: tuple[Turn, ...]
+    actions: tuple[Action, ...] = ACTIONS
+    max_lengths: Mapping[str, int] = field(default_factory=dict)
+    max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        unknown = [action for action in self.actions if action not in ACTIONS]
+        if unknown:
+            raise ValueError(f"unknown actions {unknown!r}; known: {ACTIONS!r}")
+        actions = tuple(dict.fromkeys(("pass", *self.actions)))
+        object.__setattr__(self, "actions", actions)
+        object.__setattr__(self, "max_lengths", MappingProxyType(dict(self.max_lengths)))
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionResult:
+    decision: Decision
+    usage: Usage
+
+
+# --- errors ---------------------------------------------------------------------------------------------
+
+
+class LLMError(Exception):
+    """Root of the provider errors. ``usage`` is set when the API answered (tokens were spent)."""
+
+    def __init__(self, message: str, *, usage: Usage | None = None, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.usage = usage
+        self.status = status
+
+
+class LLMRateLimited(LLMError):
+    """429 after the SDK's own retries. ``retry_after`` (seconds) when the server said."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: float | None = None,
+        usage: Usage | None = None,
+        status: int | None = 429,
+    ) -> None:
+        super().__init__(message, usage=usage, status=status)
+        self.retry_after = retry_after
+
+
+class LLMUnavailable(LLMError):
+    """5xx, overloaded, or the server could not be reached (after the SDK's retries)."""
+
+
+class LLMTimeout(LLMError):
+    """No answer within the profile's ``timeout_s`` (after the SDK's retries)."""
+
+
+class LLMAuthError(LLMError):
+    """401/403, or no key configured. The message names the environment variable, never the key."""
+
+
+class LLMBadRequest(LLMError):
+    """Any other 4xx: the request was wrong (model name, parameters the server does not take, ...)."""
+
+
+class LLMBadOutput(LLMError):
+    """The API answered, but the answer is unusable (no tool call, invalid JSON, an action not allowed, ...)."""
+
+
+def retry_after_from_headers(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds only; dates are ignored)."""
+    if headers is None:
+        return None
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) * scale
+        except ValueError:
+            continue
+        if seconds >= 0:
+            return seconds
+    return None
+
+
+# --- the structured decision ----------------------------------------------------------------------------
+
+
+def decision_instructions(request: DecisionRequest) -> str:
+    """What the model is asked to choose, in words; used as the decide tool's description or in the prompt."""
+    lines = ["Decide your next move in the conversation. Choose one action:"]
+    for action in request.actions:
+        limit = request.max_lengths.get(action)
+        bound = f" (at most {limit} columns)" if limit is not None and action != "pass" else ""
+        lines.append(f"- {action}: {_ACTION_MEANING[action]}{bound}")
+    lines.append(
+        "Put exactly what you say in text, in your own voice, without your name in front; leave text empty when"
+        " you pass. A wide character (Japanese, Chinese, Korean) counts as 2 columns."
+    )
+    return "\n".join(lines)
+
+
+def decision_schema(request: DecisionRequest) -> dict[str, Any]:
+    """The JSON schema of a decision. Every property is required and no other is allowed, as strict modes want."""
+    return {
+        "type": "object",
+        "properties": {
+            "action": {
+                "type": "string",
+                "enum": list(request.actions),
+                "description": "what you do now; 'pass' stays silent",
+            },
+            "text": {"type": "string", "description": "what you say; empty when you pass"},
+        },
+        "required": ["action", "text"],
+        "additionalProperties": False,
+    }
+
+
+def decision_tool(request: DecisionRequest) -> ToolSpec:
+    return ToolSpec(name=DECIDE_TOOL, description=decision_instructions(request), parameters=decision_schema(request))
+
+
+def parse_decision(arguments: object, request: DecisionRequest, usage: Usage | None) -> Decision:
+    """Check a decision the model produced (already decoded from JSON); anything unusable is LLMBadOutput."""
+    if not isinstance(arguments, Mapping):
+        raise LLMBadOutput(f"the decision is not a JSON object: {_preview(arguments)}", usage=usage)
+    action = arguments.get("action")
+    if action not in request.actions:
+        raise LLMBadOutput(
+            f"the decision's action {_preview(action)} is not one of {list(request.actions)}", usage=usage
+        )
+    if action == "pass":
+        return Decision("pass")
+    text = arguments.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise LLMBadOutput(f"the decision {action!r} has no text", usage=usage)
+    return Decision(action, text.strip())
+
+
+def parse_decision_json(text: str, request: DecisionRequest, usage: Usage | None) -> Decision:
+    """Decode a decision answered as JSON text (structured output modes)."""
+    try:
+        arguments = json.loads(text)
+    except ValueError:
+        raise LLMBadOutput(f"the decision is not valid JSON: {_preview(text)}", usage=usage) from None
+    return parse_decision(arguments, request, usage)
+
+
+def _preview(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --- the interface --------------------------------------------------------------------------------------
+
+
+class ChatProvider(ABC):
+    """One LLM behind one small interface. Providers hold long-lived clients: close them with :meth:`aclose`."""
+
+    name: str
+
+    @abstractmethod
+    async def complete(self, request: CompletionRequest) -> Completion:
+        """One model call: the primitive of a tool-dispatch loop."""
+
+    async def decide(self, request: DecisionRequest) -> DecisionResult:
+        """Pass, or a tier and a text: one forced call of a ``decide`` tool whose schema is built from the request."""
+        completion = await self.complete(
+            CompletionRequest(
+                system=request.system,
+                turns=request.turns,
+                tools=(decision_tool(request),),
+                tool_choice=DECIDE_TOOL,
+                max_tokens=request.max_tokens,
+            )
+        )
+        call = next((call for call in completion.tool_calls if call.name == DECIDE_TOOL), None)
+        if call is None:
+            raise LLMBadOutput(
+                f"the model did not call {DECIDE_TOOL!r} (stop reason {completion.stop_reason})",
+                usage=completion.usage,
+            )
+        return DecisionResult(parse_decision(call.arguments, request, completion.usage), completion.usage)
+
+    async def aclose(self) -> None:  # noqa: B027 - a provider without resources has nothing to close
+        """Release the provider's client. Safe to call twice."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,258 @@
+"""The OpenAI adapter: the official SDK (async), one long-lived client, Chat Completions.
+
+Chat Completions rather than Responses because it is what OpenAI-compatible servers speak: with the
+profile's ``base_url`` the same adapter drives Ollama, vLLM, LM Studio and Gemini's compatible endpoint
+(see profiles.example.toml).
+
+Mapping: system -> a ``system`` message; an assistant turn's tool calls -> ``tool_calls`` with JSON-string
+arguments; the next user turn's results -> one ``role: "tool"`` message each; tool_choice -> "auto" |
+"required" | "none" | ``{"type": "function", "function": {"name": ...}}``.
+
+Profile options, because compatible servers differ: ``structured_output`` "tools" (a forced ``decide`` call,
+the default) or "json_schema" (``response_format`` with a strict JSON schema); ``max_tokens_param``
+"max_completion_tokens" (OpenAI) or "max_tokens" (older compatible servers); ``extra_body`` is sent as is
+(e.g. ``reasoning_effort`` or a server's sampling options).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+import openai
+
+from bots.llm.base import (
+    ChatProvider,
+    Completion,
+    CompletionRequest,
+    DecisionRequest,
+    DecisionResult,
+    LLMAuthError,
+    LLMBadOutput,
+    LLMBadRequest,
+    LLMError,
+    LLMRateLimited,
+    LLMTimeout,
+    LLMUnavailable,
+    StopReason,
+    ToolCall,
+    Turn,
+    Usage,
+    decision_instructions,
+    decision_schema,
+    parse_decision_json,
+    retry_after_from_headers,
+)
+
+if TYPE_CHECKING:
+    from bots.llm.profiles import ProviderProfile
+
+__all__ = ("DEFAULT_OPENAI_URL", "OpenAIChat")
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_OPENAI_URL = "https://api.openai.com/v1"
+
+_STOP_REASONS: dict[str, StopReason] = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "refusal",
+}
+
+
+class OpenAIChat(ChatProvider):
+    def __init__(self, profile: ProviderProfile, api_key: str) -> None:
+        self.profile = profile
+        self.name = f"openai/{profile.model}"
+        # The key goes to the SDK and nowhere else: not stored here, not logged.
+        self._client = openai.AsyncOpenAI(
+            api_key=api_key,
+            base_url=profile.base_url or DEFAULT_OPENAI_URL,
+            timeout=profile.timeout_s,
+            max_retries=profile.max_retries,
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAIChat(profile={self.profile.name!r}, model={self.profile.model!r})"
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        params = self._params(request.system, request.turns, request.max_tokens)
+        if request.tools:
+            params["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": dict(tool.parameters),
+                    },
+                }
+                for tool in request.tools
+            ]
+            params["tool_choice"] = _tool_choice(request.tool_choice)
+        return _completion(await self._create(params))
+
+    async def decide(self, request: DecisionRequest) -> DecisionResult:
+        if self.profile.structured_output != "json_schema":
+            return await super().decide(request)
+        system = f"{request.system}\n\n{decision_instructions(request)}".strip()
+        params = self._params(system, request.turns, request.max_tokens)
+        params["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "decision", "schema": decision_schema(request), "strict": True},
+        }
+        completion = _completion(await self._create(params))
+        if completion.stop_reason == "refusal":
+            raise LLMBadOutput("the model refused to decide", usage=completion.usage)
+        return DecisionResult(parse_decision_json(completion.text, request, completion.usage), completion.usage)
+
+    def _params(self, system: str, turns: tuple[Turn, ...], max_tokens: int | None) -> dict[str, Any]:
+        messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+        messages.extend(_messages(turns))
+        params: dict[str, Any] = {
+            "model": self.profile.model,
+            "messages": messages,
+            self.profile.max_tokens_param: max_tokens or self.profile.max_tokens,
+        }
+        if self.profile.extra_body:
+            params["extra_body"] = dict(self.profile.extra_body)
+        return params
+
+    async def _create(self, params: dict[str, Any]) -> object:
+        try:
+            return await self._client.chat.completions.create(**params)
+        except openai.OpenAIError as err:
+            error = _translate(err)
+            _log.warning("openai call failed model=%s error=%s: %s", self.profile.model, type(error).__name__, error)
+            raise error from err
+        except json.JSONDecodeError as err:
+            # The SDK lets a body that claims to be JSON but is not escape as a decoding error.
+            raise LLMBadOutput("the API answered with a body that is not valid JSON") from err
+
+
+def _tool_choice(choice: str) -> str | dict[str, Any]:
+    if choice in ("auto", "required", "none"):
+        return choice
+    return {"type": "function", "function": {"name": choice}}
+
+
+def _messages(turns: tuple[Turn, ...]) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    for turn in turns:
+        if turn.role == "assistant":
+            message: dict[str, Any] = {"role": "assistant", "content": turn.text or None}
+            if turn.tool_calls:
+                message["tool_calls"] = [
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": json.dumps(dict(call.arguments))},
+                    }
+                    for call in turn.tool_calls
+                ]
+            if message["content"] is not None or turn.tool_calls:
+                messages.append(message)
+            continue
+        # Tool results must directly follow the assistant message that made the calls.
+        messages.extend(
+            {
+                "role": "tool",
+                "tool_call_id": result.call_id,
+                "content": f"error: {result.content}" if result.is_error else result.content,
+            }
+            for result in turn.tool_results
+        )
+        if turn.text:
+            messages.append({"role": "user", "content": turn.text})
+    return messages
+
+
+def _completion(response: object) -> Completion:
+    reported = getattr(response, "usage", None)
+    usage = _usage(reported)
+    choices = getattr(response, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        raise LLMBadOutput(
+            f"the API answered without a choice: {type(response).__name__}",
+            usage=usage if reported is not None else None,
+        )
+    choice = choices[0]
+    message = getattr(choice, "message", None)
+    if message is None:
+        raise LLMBadOutput("the API answered a choice without a message", usage=usage)
+    calls = tuple(_tool_call(call, usage) for call in getattr(message, "tool_calls", None) or ())
+    text = getattr(message, "content", None) or ""
+    stop = _STOP_REASONS.get(str(getattr(choice, "finish_reason", "")), "other")
+    if getattr(message, "refusal", None) and not calls:
+        stop = "refusal"
+    elif calls:
+        # Some compatible servers say "stop" even when the answer is a tool call.
+        stop = "tool_use"
+    return Completion(text=str(text).strip(), tool_calls=calls, usage=usage, stop_reason=stop)
+
+
+def _tool_call(call: object, usage: Usage) -> ToolCall:
+    function = getattr(call, "function", None)
+    name = getattr(function, "name", None)
+    if function is None or not isinstance(name, str):
+        raise LLMBadOutput("the model made a tool call without a function name", usage=usage)
+    raw = getattr(function, "arguments", None)
+    # Arguments are a JSON string; a few compatible servers send the object itself, or nothing for no arguments.
+    if isinstance(raw, dict):
+        arguments: object = raw
+    elif raw is None or (isinstance(raw, str) and not raw.strip()):
+        arguments = {}
+    else:
+        try:
+            arguments = json.loads(str(raw))
+        except ValueError:
+            raise LLMBadOutput(f"tool {name!r} was called with arguments that are not JSON", usage=usage) from None
+    if not isinstance(arguments, dict):
+        raise LLMBadOutput(f"tool {name!r} was called with arguments that are not an object", usage=usage)
+    return ToolCall(id=str(getattr(call, "id", "") or f"call_{name}"), name=name, arguments=arguments)
+
+
+def _usage(usage: object) -> Usage:
+    if usage is None:
+        return Usage()
+    return Usage(
+        prompt_tokens=int(getattr(usage, "prompt_tokens", None) or 0),
+        completion_tokens=int(getattr(usage, "completion_tokens", None) or 0),
+    )
+
+
+def _translate(err: openai.OpenAIError) -> LLMError:
+    # Order matters: the timeout error is a connection error, and a 429 is a status error.
+    if isinstance(err, openai.APITimeoutError):
+        return LLMTimeout("the OpenAI-compatible API did not answer in time")
+    if isinstance(err, openai.APIConnectionError):
+        return LLMUnavailable(f"could not reach the OpenAI-compatible API: {err.message}")
+    if isinstance(err, openai.APIStatusError):
+        return _translate_status(err)
+    if isinstance(err, openai.APIResponseValidationError):
+        return LLMBadOutput(f"the OpenAI-compatible API answered with an unexpected body: {err.message}")
+    if isinstance(err, openai.LengthFinishReasonError | openai.ContentFilterFinishReasonError):
+        return LLMBadOutput(str(err))
+    return LLMError(f"OpenAI SDK error: {type(err).__name__}: {err}")
+
+
+def _translate_status(err: openai.APIStatusError) -> LLMError:
+    status = err.status_code
+    body = err.body if isinstance(err.body, dict) else {}
+    message = body.get("message") if isinstance(body.get("message"), str) else err.message
+    detail = f"OpenAI-compatible API {status}: {message}"
+    if status == 429:
+        return LLMRateLimited(detail, retry_after=retry_after_from_headers(err.response.headers), status=status)
+    if status in (401, 403):
+        return LLMAuthError(detail, status=status)
+    if status == 408:
+        return LLMTimeout(detail, status=status)
+    if status == 409 or status >= 500:
+        return LLMUnavailable(detail, status=status)
+    return LLMBadRequest(detail, status=status)

@@ -1,0 +1,157 @@
+"""Persona files: ``personas/<id>.toml``, validated on load with errors that name the file and the field.
+
+A persona file holds who the persona is and how it talks - never a secret. It names the environment variable
+that holds its Discord token and the provider profile it uses.
+"""
+
+from __future__ import annotations
+
+import logging
+import tomllib
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+
+from arbiter.contract import Id
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+__all__ = ("BigFive", "Persona", "PersonaError", "Samples", "load_persona", "load_personas")
+
+_log = logging.getLogger(__name__)
+
+Line = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=400)]
+Trait = Annotated[float, Field(ge=0.0, le=1.0)]
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Z_][A-Z0-9_]*$")]
+_ID: TypeAdapter[str] = TypeAdapter(Id)
+
+
+class PersonaError(Exception):
+    """A persona file is missing, unreadable or invalid. The message names the file and the field."""
+
+
+class BigFive(BaseModel):
+    """Big Five traits, 0 (low) to 1 (high). Extraversion also sets how quickly the persona jumps in."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    openness: Trait
+    conscientiousness: Trait
+    extraversion: Trait
+    agreeableness: Trait
+    neuroticism: Trait
+
+    def describe(self) -> str:
+        """The traits in words, for the prompt (models follow words better than numbers)."""
+
+        def level(value: float) -> str:
+            return (
+                "very low"
+                if value < 0.2
+                else "low"
+                if value < 0.4
+                else "moderate"
+                if value < 0.6
+                else "high"
+                if value < 0.8
+                else "very high"
+            )
+
+        return ", ".join(f"{name} {level(getattr(self, name))}" for name in type(self).model_fields)
+
+
+class Samples(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    aizuchi: list[Line] = Field(min_length=3, description="short nods in the persona's voice")
+    remarks: list[Line] = Field(min_length=3, description="typical remarks in the persona's voice")
+
+
+class Persona(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: Id
+    display_name: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=80)]
+    aliases: list[Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=80)]] = Field(
+        default_factory=list, max_length=10, description="other names people call the persona by"
+    )
+    language: Literal["en", "ja"]
+    personality: Line
+    background: Line
+    speaking_style: Line
+    big_five: BigFive
+    talkativeness: Trait = Field(description="0 (rarely speaks) to 1 (speaks whenever it can)")
+    samples: Samples
+    provider: Annotated[str, StringConstraints(min_length=1, max_length=64)] = Field(
+        "scripted", description="name of a provider profile"
+    )
+    discord_token_env: EnvName | None = Field(None, description="environment variable holding its Discord token")
+    color: Annotated[str, StringConstraints(pattern=r"^#[0-9a-fA-F]{6}$")] = "#888888"
+    react_with_emoji: bool = Field(False, description="on Discord, give aizuchi as an emoji reaction when it fits")
+
+    @field_validator("aliases")
+    @classmethod
+    def _names_distinct(cls, aliases: list[str], info: ValidationInfo) -> list[str]:
+        # A field validator (not a model one), so the error names the field; display_name is validated before.
+        display_name = info.data.get("display_name")
+        names = [*([display_name.casefold()] if display_name else []), *(alias.casefold() for alias in aliases)]
+        if len(names) != len(set(names)):
+            raise ValueError("aliases repeat the display name or each other")
+        return aliases
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.display_name, *self.aliases)
+
+
+def _field_path(location: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in location:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path or "(file)"
+
+
+def load_persona(path: Path) -> Persona:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PersonaError(f"{path}: no such persona file") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise PersonaError(f"{path}: cannot read: {error}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise PersonaError(f"{path}: not valid TOML: {error}") from None
+    try:
+        persona = Persona.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(f"{_field_path(e['loc'])}: {e['msg']}" for e in error.errors(include_url=False))
+        raise PersonaError(f"{path}: {problems}") from None
+    if persona.id != path.stem:
+        raise PersonaError(f"{path}: id: {persona.id!r} must match the file name {path.stem!r}")
+    return persona
+
+
+def load_personas(directory: Path, only: list[str] | None = None) -> list[Persona]:
+    """Every persona in ``directory`` (sorted by id), or just those in ``only`` (in that order)."""
+    if not directory.is_dir():
+        raise PersonaError(f"{directory}: no such persona directory")
+    if only:
+        for persona_id in only:
+            try:
+                _ID.validate_python(persona_id)
+            except ValidationError:
+                raise PersonaError(f"{persona_id!r} is not a valid persona id") from None
+        return [load_persona(directory / f"{persona_id}.toml") for persona_id in only]
+    personas = [load_persona(path) for path in sorted(directory.glob("*.toml"))]
+    if not personas:
+        raise PersonaError(f"{directory}: no persona files (*.toml)")
+    return personas

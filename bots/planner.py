@@ -1,0 +1,164 @@
+"""Whether to take a turn, and which tier to claim: decided before any LLM call, from the arbiter's status,
+the recent messages and the persona's traits. Pure (randomness passed in), so its tests are plain tables.
+
+Why here and not in the model: every LLM call should end in a message. Letting every persona ask its model
+"should I speak?" on every message is what made the reference design spend several calls per utterance.
+The model still chooses the words, and may still pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from arbiter.contract import AuthorKind, Tier
+
+if TYPE_CHECKING:
+    import random
+    from collections.abc import Sequence
+
+    from arbiter.contract import MessageView, StatusView
+    from bots.persona import Persona
+
+__all__ = ("Plan", "anchor", "blocked", "plan_turn", "wait_for")
+
+_ORDER = (Tier.AIZUCHI, Tier.REMARK, Tier.LONG)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    tier: Tier | None  # claim this tier (the largest the persona might use); None: no LLM call now
+    retry_after: float | None = None  # look again after this many seconds (the pool or the floor will allow more)
+    why: str = ""
+    quiet: bool = False  # chose silence (not blocked): a later look, after a pause, may decide otherwise
+    wanted: Tier | None = None  # what it waits for the pool to afford; pass back as ``intent`` to follow through
+
+    @property
+    def final(self) -> bool:
+        """Nothing more to do for the messages seen so far."""
+        return self.tier is None and self.retry_after is None
+
+
+def wait_for(status: StatusView, cost: int) -> float | None:
+    """Seconds until the pool holds ``cost`` by the refunds the status lists; None if they are not enough."""
+    level = status.level
+    if level >= cost:
+        return 0.0
+    for refund in status.refunds:
+        level += refund.amount
+        if level >= cost:
+            return max(0.0, refund.at - status.now)
+    return None
+
+
+def blocked(status: StatusView) -> str | None:
+    """Why nobody may speak (or this persona may not), whatever it would say; None when nothing is in the way."""
+    you = status.you
+    if not status.enabled or (you is not None and not you.enabled):
+        return "not enabled here"
+    if you is not None and you.muted:
+        return "muted"
+    if status.paused:
+        return "paused"
+    if status.bot_streak >= status.idle_cap:
+        return "idle cap reached: waiting for a human"
+    if status.daily_token_budget is not None and status.tokens_today >= status.daily_token_budget:
+        return "token budget spent"
+    return None
+
+
+def _dominating(persona: Persona, window: Sequence[MessageView]) -> bool:
+    """Has this persona made most of the recent substantive moves? Then it leaves the floor to others."""
+    substantive = [m for m in window if m.author_kind is AuthorKind.HUMAN or m.tier in (Tier.REMARK, Tier.LONG)]
+    recent = substantive[-4:]
+    return sum(1 for m in recent if m.author_id == persona.id) >= 2
+
+
+def anchor(window: Sequence[MessageView]) -> MessageView:
+    """The message a reply would answer: the newest human message or remark (nods do not move a thread)."""
+    for message in reversed(window):
+        if message.author_kind is AuthorKind.HUMAN or message.tier in (Tier.REMARK, Tier.LONG):
+            return message
+    return window[-1]
+
+
+def _room_to_nod(status: StatusView, window: Sequence[MessageView]) -> bool:
+    """A nod to a nod is noise, and two nods (given, or about to be) are acknowledgement enough."""
+    thread = anchor(window)
+    nodded = sum(1 for m in window if m.seq > thread.seq and m.tier is Tier.AIZUCHI)
+    nodded += status.claims_held.get(Tier.AIZUCHI, 0)
+    return window[-1].tier is not Tier.AIZUCHI and nodded < 2
+
+
+def _nod_chance(persona: Persona, status: StatusView, window: Sequence[MessageView]) -> float:
+    traits = persona.big_five
+    if window[-1].author_kind is AuthorKind.HUMAN:
+        return 0.6 * traits.agreeableness
+    return 0.35 * traits.agreeableness * (0.5 + traits.extraversion)
+
+
+def _wanted(persona: Persona, status: StatusView, window: Sequence[MessageView], rng: random.Random) -> Tier | None:
+    thread = anchor(window)
+    traits = persona.big_five
+    talk = persona.talkativeness
+    if persona.id in status.priority:
+        # Addressed: answer, and at length now and then if the pool allows.
+        return Tier.LONG if rng.random() < 0.25 * traits.openness else Tier.REMARK
+    fading = 1.0 - status.bot_streak / max(1, status.idle_cap)  # bots talk less the longer no human speaks
+    if thread.author_id == persona.id or _dominating(persona, window):
+        speak = 0.0  # never answer oneself; leave the floor to others for a while
+    elif thread.author_kind is AuthorKind.HUMAN:
+        speak = 0.35 + 0.45 * talk
+    else:
+        speak = (0.3 + 0.5 * talk) * fading
+    nod = _nod_chance(persona, status, window) if _room_to_nod(status, window) else 0.0
+    roll = rng.random()
+    if roll < speak:
+        fresh = sum(1 for m in window if m.author_kind is not AuthorKind.HUMAN) < 3
+        return Tier.LONG if fresh and rng.random() < 0.4 * traits.openness else Tier.REMARK
+    if roll < speak + (1.0 - speak) * nod:
+        return Tier.AIZUCHI
+    return None
+
+
+def plan_turn(
+    persona: Persona,
+    status: StatusView,
+    window: Sequence[MessageView],
+    rng: random.Random,
+    *,
+    intent: Tier | None = None,
+) -> Plan:
+    """Decide the next move for the newest message in ``window`` (oldest first).
+
+    ``intent``: the tier an earlier plan for the same thread waited for; the persona follows through instead of
+    making up its mind again.
+    """
+    why = blocked(status)
+    if why is not None:
+        return Plan(None, why=why)
+    if not window or window[-1].author_id == persona.id:
+        return Plan(None, why="nothing new from others")
+    if status.claim is not None:
+        return Plan(None, why="already holding a claim")
+    wanted = intent or _wanted(persona, status, window, rng)
+    if wanted is None:
+        return Plan(None, why="stays quiet this time", quiet=True)
+    if status.priority and persona.id not in status.priority and wanted is not Tier.AIZUCHI:
+        # Someone else was addressed: nod (if there is room for one) and let them answer.
+        if status.tiers[Tier.AIZUCHI].affordable and _room_to_nod(status, window):
+            return Plan(Tier.AIZUCHI, why="another persona has the floor")
+        return Plan(None, why="another persona has the floor", quiet=True)
+    if status.tiers[wanted].affordable:
+        return Plan(wanted, why=f"wants a {wanted}")
+    retry = wait_for(status, status.tiers[wanted].cost)
+    if persona.id in status.priority:
+        # Addressed: the floor is kept for this persona, so the pool will refill for it. Answer, do not just nod.
+        return Plan(None, retry_after=retry, why=f"addressed; waits for the pool to afford a {wanted}", wanted=wanted)
+    # Not affordable now: a smaller tier that is, or come back when the refunds allow it.
+    smaller = [tier for tier in _ORDER[: _ORDER.index(wanted)] if status.tiers[tier].affordable]
+    if wanted is Tier.LONG and Tier.REMARK in smaller:
+        return Plan(Tier.REMARK, why="a long remark is too dear; a remark will do")
+    if smaller and _room_to_nod(status, window) and rng.random() < 0.5 * persona.big_five.agreeableness:
+        return Plan(Tier.AIZUCHI, why=f"nods while the pool refills for a {wanted}")
+    return Plan(None, retry_after=retry, why=f"waits for the pool to afford a {wanted}", wanted=wanted)

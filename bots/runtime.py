@@ -1,0 +1,452 @@
+"""The persona runtime: on each new message, wait a moment, plan, claim, make one LLM call, speak or release, post.
+
+One ``PersonaRuntime`` per persona; inside it one ``ChannelWorker`` per channel it takes part in. A worker
+hears about messages on the arbiter's event stream (so every platform works the same way). Messages that
+arrive while it waits or generates are never dropped: they wake it again, and it looks once more with fresh
+context when it is done (coalescing: ten messages in a burst make one more look, not ten).
+
+Invariants: no LLM call unless a claim was granted first; a claim is always spoken or released (also on
+errors and shutdown); nothing posted can ping anyone; provider errors back off and skip the turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from arbiter import contract as wire
+from arbiter.contract import Tier
+from bots.errors import ArbiterRejected, ArbiterUnavailable, BotError, PostFailed
+from bots.llm.base import DecisionRequest, LLMBadOutput, LLMError, LLMRateLimited, Usage
+from bots.planner import anchor, plan_turn
+from bots.prompt import persona_prompt, rules_prompt, transcript_turn
+from bots.text import clean_reply, repeats
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from bots.arbiter_client import ArbiterClient
+    from bots.llm.base import ChatProvider
+    from bots.persona import Persona
+    from bots.platforms.base import Platform
+
+__all__ = ("ChannelWorker", "PersonaRuntime", "RuntimeConfig", "RuntimeStats")
+
+_log = logging.getLogger(__name__)
+
+_ORDER = (Tier.AIZUCHI, Tier.REMARK, Tier.LONG)
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeConfig:
+    window: int = 16  # recent messages the model sees
+    base_delay_s: float = 1.5  # how long a persona of average temperament waits before it looks
+    max_tokens: int = 300
+    backoff_s: float = 2.0  # first wait after a provider error; doubles per error in a row
+    max_backoff_s: float = 60.0
+    reconnect_s: float = 1.0  # first wait before reconnecting the event stream
+
+
+@dataclass
+class RuntimeStats:
+    """What a persona did; the tests and the conversation benchmark read these."""
+
+    llm_requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    claims: int = 0
+    refused_claims: int = 0
+    posted: Counter[str] = field(default_factory=Counter)  # by tier
+    passes: int = 0  # the model chose to say nothing
+    wasted: int = 0  # generated but not posted (refused at speak, a repeat, the post failed)
+    provider_errors: int = 0
+    looks: int = 0  # turns looked at and finished (status, plan, maybe claim and generation), whatever came of them
+    prompt_sizes: list[int] = field(default_factory=list)  # prompt tokens of each request, in order
+
+    def count_usage(self, usage: Usage | None) -> None:
+        if usage is not None:
+            self.prompt_tokens += usage.prompt_tokens
+            self.completion_tokens += usage.completion_tokens
+            self.prompt_sizes.append(usage.prompt_tokens)
+
+
+class PersonaRuntime:
+    """One persona across the channels it joins."""
+
+    def __init__(
+        self,
+        persona: Persona,
+        provider: ChatProvider,
+        arbiter: ArbiterClient,
+        platform: Platform,
+        *,
+        config: RuntimeConfig | None = None,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.persona = persona
+        self.provider = provider
+        self.arbiter = arbiter
+        self.platform = platform
+        self.config = config or RuntimeConfig()
+        self.rng = rng or random.Random()
+        self.clock = clock or (lambda: asyncio.get_running_loop().time())
+        self.sleep = sleep
+        self.stats = RuntimeStats()
+        self._workers: dict[str, ChannelWorker] = {}
+        self._errors_in_a_row = 0
+        self._backoff_until = 0.0
+
+    async def start(self) -> None:
+        """Tell the arbiter the persona's names, so people who name it give it the floor."""
+        registration = wire.PersonaRegistration(display_name=self.persona.display_name, aliases=self.persona.aliases)
+        await self.arbiter.register(self.persona.id, registration)
+
+    def join(self, channel_id: str) -> ChannelWorker:
+        worker = self._workers.get(channel_id)
+        if worker is None:
+            worker = self._workers[channel_id] = self._make_worker(channel_id)
+            worker.start()
+        return worker
+
+    def _make_worker(self, channel_id: str) -> ChannelWorker:
+        return ChannelWorker(self, channel_id)
+
+    @property
+    def channels(self) -> list[str]:
+        return list(self._workers)
+
+    async def close(self) -> None:
+        """Stop every worker; claims in flight are released on the way out."""
+        workers, self._workers = list(self._workers.values()), {}
+        await asyncio.gather(*(worker.close() for worker in workers), return_exceptions=True)
+
+    # --- provider errors: back off, skip the turn ------------------------------------------------------
+
+    def backing_off(self) -> float:
+        """Seconds left to wait after provider errors (0 when none)."""
+        return max(0.0, self._backoff_until - self.clock())
+
+    def provider_failed(self, error: LLMError) -> None:
+        self._errors_in_a_row += 1
+        wait = min(self.config.max_backoff_s, self.config.backoff_s * 2 ** (self._errors_in_a_row - 1))
+        if isinstance(error, LLMRateLimited) and error.retry_after is not None:
+            wait = max(wait, min(self.config.max_backoff_s, error.retry_after))
+        self._backoff_until = self.clock() + wait
+        self.stats.provider_errors += 1
+        _log.warning("persona=%s provider error (%s); skipping turns for %.1fs", self.persona.id, error, wait)
+
+    def provider_ok(self) -> None:
+        self._errors_in_a_row = 0
+
+
+class ChannelWorker:
+    """One persona in one channel: follows the channel's events and takes turns."""
+
+    def __init__(self, runtime: PersonaRuntime, channel_id: str) -> None:
+        self.runtime = runtime
+        self.channel_id = channel_id
+        self.window: deque[wire.MessageView] = deque(maxlen=runtime.config.window)
+        self.last_seq = 0
+        self.answered = 0  # the newest seq by someone else this persona has dealt with
+        self._wake = asyncio.Event()
+        self._ready = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._retry: asyncio.TimerHandle | None = None
+        self._turning = False
+        self._held: str | None = None  # claim id while one is held
+        self._second_look: int | None = None  # seq a quiet persona will look at once more after a pause
+        self._intent: tuple[int, Tier] | None = None  # (thread's seq, tier) it waits for the pool to afford
+
+    @property
+    def persona(self) -> Persona:
+        return self.runtime.persona
+
+    def start(self) -> None:
+        name = f"{self.persona.id}@{self.channel_id}"
+        self._tasks = [
+            asyncio.create_task(self._follow(), name=f"feed {name}"),
+            asyncio.create_task(self._loop(), name=f"turns {name}"),
+        ]
+
+    async def ready(self) -> None:
+        """Wait until the worker has read the channel's recent history and follows its events."""
+        await self._ready.wait()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing under way and nothing scheduled: no turn running, no wake-up and no retry pending."""
+        return not self._turning and not self._wake.is_set() and self._retry is None
+
+    async def close(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._held is not None:
+            await self._release(self._held)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    # --- following the channel -------------------------------------------------------------------------
+
+    async def _follow(self) -> None:
+        delay = self.runtime.config.reconnect_s
+        first = True
+        while True:
+            try:
+                if first:
+                    await self._load_recent()
+                    # Start fresh: what was said before the persona arrived is context, not a cue.
+                    self.answered = self.last_seq
+                    first = False
+                async for event in self.runtime.arbiter.events(self.channel_id, after=self.last_seq):
+                    self._ready.set()
+                    delay = self.runtime.config.reconnect_s
+                    self._on_event(event)
+            except asyncio.CancelledError:
+                raise
+            except ArbiterRejected as error:
+                _log.warning(
+                    "persona=%s channel=%s: stream refused (%s); leaving", self.persona.id, self.channel_id, error
+                )
+                return
+            except (ArbiterUnavailable, ValueError) as error:
+                _log.info(
+                    "persona=%s channel=%s: stream lost (%s); reconnecting", self.persona.id, self.channel_id, error
+                )
+            await self.runtime.sleep(delay)
+            delay = min(delay * 2, 30.0)
+
+    async def _load_recent(self) -> None:
+        status = await self.runtime.arbiter.status(self.channel_id)
+        after = max(0, status.last_seq - self.runtime.config.window)
+        page = await self.runtime.arbiter.history(self.channel_id, after=after, limit=self.runtime.config.window)
+        self.window.extend(page.messages)
+        self.last_seq = max(status.last_seq, page.next_after)
+
+    def _on_event(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "message":
+            message = wire.MessageView.model_validate(event["message"])
+            if message.seq <= self.last_seq:
+                return
+            self.window.append(message)
+            self.last_seq = message.seq
+            if message.author_id != self.persona.id:
+                self.wake()
+        elif kind == "retracted":
+            seq = event["seq"]
+            kept = [m for m in self.window if m.seq != seq]
+            self.window.clear()
+            self.window.extend(kept)
+        elif kind == "cleared":
+            self.window.clear()
+            self.answered = self.last_seq = event.get("last_seq", self.last_seq)
+
+    # --- taking turns ----------------------------------------------------------------------------------
+
+    def _pending(self) -> bool:
+        """Is there a message from someone else this persona has not dealt with yet (or a second look due)?"""
+        if self._second_look is not None and self._second_look == self.last_seq:
+            return True
+        return any(m.seq > self.answered and m.author_id != self.persona.id for m in self.window)
+
+    def _delay(self) -> float:
+        """A person's moment of reading before replying: shorter for talkative, extraverted personas."""
+        persona = self.persona
+        latest = self.window[-1] if self.window else None
+        if latest is not None and persona.id in latest.addressed:
+            return 0.2 * self.runtime.config.base_delay_s
+        eagerness = (persona.talkativeness + persona.big_five.extraversion) / 2
+        return self.runtime.config.base_delay_s * (1.5 - eagerness) * self.runtime.rng.uniform(0.6, 1.4)
+
+    async def _loop(self) -> None:
+        await self._ready.wait()
+        while True:
+            await self._wake.wait()
+            await self.runtime.sleep(self._delay())
+            self._wake.clear()  # whatever arrived during the pause is in the window now
+            if not self._pending():
+                continue
+            backoff = self.runtime.backing_off()
+            if backoff > 0:
+                self._retry_in(backoff)
+                continue
+            self._cancel_retry()  # this look supersedes any look scheduled before
+            self._turning = True
+            try:
+                await self._turn()
+            except asyncio.CancelledError:
+                raise
+            except BotError as error:
+                _log.warning("persona=%s channel=%s: turn skipped: %s", self.persona.id, self.channel_id, error)
+            except Exception:
+                _log.exception("persona=%s channel=%s: turn failed", self.persona.id, self.channel_id)
+            finally:
+                self._turning = False
+            self.runtime.stats.looks += 1
+
+    def _cancel_retry(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+
+    def _retry_in(self, seconds: float) -> None:
+        self._cancel_retry()
+        self._retry = asyncio.get_running_loop().call_later(max(0.05, seconds), self._retry_now)
+
+    def _retry_now(self) -> None:
+        self._retry = None
+        self.wake()
+
+    async def _turn(self) -> None:
+        runtime = self.runtime
+        status = await runtime.arbiter.status(self.channel_id)
+        window = list(self.window)
+        newest = window[-1].seq if window else 0
+        thread = anchor(window).seq if window else 0
+        intent = self._intent[1] if self._intent is not None and self._intent[0] == thread else None
+        plan = plan_turn(self.persona, status, window, runtime.rng, intent=intent)
+        self._intent = (thread, plan.wanted) if plan.wanted is not None else None
+        _log.debug(
+            "persona=%s channel=%s seq=%d level=%d priority=%s held=%s plan=%s",
+            self.persona.id,
+            self.channel_id,
+            newest,
+            status.level,
+            status.priority,
+            status.claims_held,
+            plan,
+        )
+        second_look, self._second_look = self._second_look, None
+        if plan.tier is None:
+            if plan.retry_after is not None:
+                self._retry_in(plan.retry_after)
+                return
+            self.answered = newest
+            if plan.quiet and second_look != newest:
+                # A silence is a cue too: look once more after a pause, if nobody else spoke meanwhile.
+                self._second_look = newest
+                self._retry_in(self.runtime.config.base_delay_s * self.runtime.rng.uniform(2.0, 4.0))
+            return
+        granted = await self._claim(plan.tier, newest)
+        if granted is None:
+            return
+        self.answered = newest
+        self._held = granted.claim_id
+        try:
+            await self._generate_and_speak(status, window, granted)
+        finally:
+            if self._held is not None:
+                await self._release(self._held)
+
+    async def _claim(self, tier: Tier, based_on: int) -> wire.ClaimView | None:
+        runtime = self.runtime
+        result = await runtime.arbiter.claim(self.channel_id, wire.ClaimRequest(tier=tier, based_on_seq=based_on))
+        runtime.stats.claims += 1
+        if result.granted and result.claim is not None:
+            return result.claim
+        runtime.stats.refused_claims += 1
+        _log.debug("persona=%s claim of %s refused: %s", self.persona.id, tier, result.reason)
+        if result.retry_after is not None and result.reason is not wire.RefusalReason.STALE:
+            self._retry_in(result.retry_after)
+        else:
+            self.wake()  # stale: look again with fresh context
+        return None
+
+    async def _generate_and_speak(
+        self, status: wire.StatusView, window: list[wire.MessageView], claim: wire.ClaimView
+    ) -> None:
+        runtime = self.runtime
+        allowed = _ORDER[: _ORDER.index(claim.tier) + 1]
+        if self.persona.id in status.priority and claim.tier is not Tier.AIZUCHI:
+            allowed = allowed[1:]  # asked something directly: answer it (or pass), not just nod
+        lengths = {str(tier): status.tiers[tier].max_length for tier in allowed}
+        actions = ("pass", *(str(tier) for tier in allowed))
+        request = DecisionRequest(
+            system=persona_prompt(self.persona) + "\n\n" + rules_prompt(self.persona, actions, lengths, status.topic),
+            turns=(transcript_turn(self.persona, window, status),),
+            actions=actions,  # type: ignore[arg-type]
+            max_lengths=lengths,
+            max_tokens=runtime.config.max_tokens,
+        )
+        async with runtime.platform.typing(self.channel_id):
+            runtime.stats.llm_requests += 1
+            try:
+                result = await runtime.provider.decide(request)
+            except LLMBadOutput as error:
+                runtime.stats.count_usage(error.usage)
+                runtime.stats.wasted += 1
+                await self._report_usage(error.usage)
+                _log.warning("persona=%s: unusable model output: %s", self.persona.id, error)
+                return
+            except LLMError as error:
+                runtime.stats.count_usage(getattr(error, "usage", None))
+                runtime.provider_failed(error)
+                await self._report_usage(getattr(error, "usage", None))
+                return
+            runtime.provider_ok()
+            runtime.stats.count_usage(result.usage)
+            await self._report_usage(result.usage)
+            decision = result.decision
+            if decision.action == "pass":
+                runtime.stats.passes += 1
+                return
+            tier = Tier(decision.action)
+            text = clean_reply(decision.text, self.persona.names, status.tiers[tier].max_length)
+            earlier = [m.text for m in window] + [m.text for m in self.window if m.author_id == self.persona.id]
+            if not text or repeats(text, earlier):
+                runtime.stats.wasted += 1
+                _log.info("persona=%s: dropped a repeat or empty reply: %r", self.persona.id, text)
+                return
+            await self._speak(claim, tier, text, window[-1].seq if window else 0)
+
+    async def _speak(self, claim: wire.ClaimView, tier: Tier, text: str, based_on: int) -> None:
+        runtime = self.runtime
+        request = wire.SpeakRequest(text=text, tier=tier, based_on_seq=based_on)
+        result = await runtime.arbiter.speak(self.channel_id, claim.claim_id, request)
+        if not result.granted or result.message is None:
+            runtime.stats.wasted += 1
+            _log.info("persona=%s: speak refused (%s)", self.persona.id, result.reason)
+            if result.reason is wire.RefusalReason.STALE:
+                self.wake()
+            return
+        self._held = None
+        seq = result.message.seq
+        try:
+            posted = await runtime.platform.post(self.channel_id, text)
+        except PostFailed as error:
+            runtime.stats.wasted += 1
+            _log.warning("persona=%s: post failed (%s); retracting message %d", self.persona.id, error, seq)
+            with contextlib.suppress(BotError):
+                await runtime.arbiter.retract(self.channel_id, seq)
+            return
+        runtime.stats.posted[str(tier)] += 1
+        with contextlib.suppress(BotError):
+            await runtime.arbiter.link(self.channel_id, seq, posted.platform_message_id)
+
+    async def _release(self, claim_id: str) -> None:
+        self._held = None
+        try:
+            await asyncio.shield(self.runtime.arbiter.release(self.channel_id, claim_id))
+        except (BotError, asyncio.CancelledError) as error:
+            # The claim lapses at its time-to-live anyway; the arbiter never keeps it.
+            _log.warning("persona=%s: could not release claim %s: %s", self.persona.id, claim_id, error)
+
+    async def _report_usage(self, usage: Usage | None) -> None:
+        if usage is None or (usage.prompt_tokens == 0 and usage.completion_tokens == 0):
+            return
+        report = wire.UsageReport(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
+        try:
+            await self.runtime.arbiter.report_usage(self.channel_id, report)
+        except BotError as error:
+            _log.warning("persona=%s: could not report usage: %s", self.persona.id, error)

@@ -1,0 +1,127 @@
+"""The provider-neutral values and the decision parsing every adapter shares."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bots.llm import (
+    CompletionRequest,
+    Decision,
+    DecisionRequest,
+    LLMBadOutput,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    Turn,
+    Usage,
+)
+from bots.llm.base import decision_schema, decision_tool, parse_decision, parse_decision_json, retry_after_from_headers
+
+ASK = DecisionRequest(system="s", turns=(), actions=("aizuchi", "remark"), max_lengths={"aizuchi": 10})
+USAGE = Usage(10, 3)
+
+
+def test_pass_is_always_allowed_and_listed_first() -> None:
+    assert DecisionRequest(system="s", turns=(), actions=("remark", "aizuchi")).actions == ("pass", "remark", "aizuchi")
+    assert DecisionRequest(system="s", turns=(), actions=("aizuchi", "pass", "aizuchi")).actions == ("pass", "aizuchi")
+
+
+def test_an_unknown_action_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown actions"):
+        DecisionRequest(system="s", turns=(), actions=("shout",))  # type: ignore[arg-type]
+
+
+def test_a_decision_needs_text_unless_it_passes() -> None:
+    assert Decision("pass").text == ""
+    with pytest.raises(ValueError, match="needs a text"):
+        Decision("remark", "  ")
+
+
+@pytest.mark.parametrize(
+    ("turn", "message"),
+    [
+        (lambda: Turn("user", tool_calls=(ToolCall("1", "status", {}),)), "only an assistant turn"),
+        (lambda: Turn("assistant", tool_results=(ToolResult("1", "status", "{}"),)), "only a user turn"),
+        (lambda: Turn("system", "hi"), "role"),  # type: ignore[arg-type]
+    ],
+)
+def test_tool_calls_and_results_belong_to_their_roles(turn: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        turn()
+
+
+def test_a_forced_tool_must_be_among_the_tools() -> None:
+    status = ToolSpec("status", "level", {"type": "object", "properties": {}})
+    assert CompletionRequest(system="s", turns=(), tools=(status,), tool_choice="status").tool_choice == "status"
+    with pytest.raises(ValueError, match="not among"):
+        CompletionRequest(system="s", turns=(), tools=(status,), tool_choice="consume")
+    with pytest.raises(ValueError, match="at least one tool"):
+        CompletionRequest(system="s", turns=(), tool_choice="required")
+
+
+def test_the_decide_tool_describes_the_allowed_actions_and_their_lengths() -> None:
+    tool = decision_tool(ASK)
+
+    assert tool.name == "decide"
+    assert tool.parameters == decision_schema(ASK)
+    assert tool.parameters["properties"]["action"]["enum"] == ["pass", "aizuchi", "remark"]
+    assert "aizuchi: " in tool.description
+    assert "at most 10 columns" in tool.description
+    assert "long" not in tool.description.split("Put exactly")[0]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ({"action": "remark", "text": "  I agree.  "}, Decision("remark", "I agree.")),
+        ({"action": "aizuchi", "text": "Mm."}, Decision("aizuchi", "Mm.")),
+        ({"action": "pass", "text": "nothing to add"}, Decision("pass")),
+        ({"action": "pass"}, Decision("pass")),
+        ({"action": "aizuchi", "text": "Oh!", "mood": "happy"}, Decision("aizuchi", "Oh!")),
+    ],
+)
+def test_a_usable_decision_is_parsed(arguments: dict[str, Any], expected: Decision) -> None:
+    assert parse_decision(arguments, ASK, USAGE) == expected
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        pytest.param(["remark", "hi"], id="not an object"),
+        pytest.param("remark", id="a string"),
+        pytest.param({"action": "long", "text": "A long story."}, id="action not allowed"),
+        pytest.param({"action": "Remark", "text": "hi"}, id="wrong case"),
+        pytest.param({"text": "hi"}, id="no action"),
+        pytest.param({"action": "remark"}, id="no text"),
+        pytest.param({"action": "remark", "text": 42}, id="text not a string"),
+        pytest.param({"action": "aizuchi", "text": ""}, id="empty text"),
+    ],
+)
+def test_an_unusable_decision_is_bad_output_carrying_the_usage(arguments: object) -> None:
+    with pytest.raises(LLMBadOutput) as caught:
+        parse_decision(arguments, ASK, USAGE)
+
+    assert caught.value.usage == USAGE
+
+
+def test_a_decision_in_json_text_is_decoded_first() -> None:
+    assert parse_decision_json('{"action": "remark", "text": "Sure."}', ASK, USAGE) == Decision("remark", "Sure.")
+    with pytest.raises(LLMBadOutput, match="not valid JSON"):
+        parse_decision_json("Sure.", ASK, USAGE)
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"retry-after-ms": "1500"}, 1.5),
+        ({"retry-after": "7"}, 7.0),
+        ({"retry-after-ms": "250", "retry-after": "9"}, 0.25),
+        ({"retry-after": "Wed, 21 Oct 2026 07:28:00 GMT"}, None),
+        ({}, None),
+        (None, None),
+    ],
+)
+def test_retry_after_comes_from_the_headers(headers: dict[str, str] | None, expected: float | None) -> None:
+    assert retry_after_from_headers(headers) == expected

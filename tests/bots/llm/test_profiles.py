@@ -1,0 +1,222 @@
+"""Provider profiles: the built-ins, the TOML file, its errors, and the factory that reads keys from the env."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from bots.llm import (
+    BUILTIN_PROFILES,
+    DecisionRequest,
+    LLMAuthError,
+    LLMUnavailable,
+    ProfileError,
+    ProviderProfile,
+    ScriptedProvider,
+    Turn,
+    create_provider,
+    load_profiles,
+)
+from bots.llm.anthropic_chat import AnthropicChat
+from bots.llm.openai_chat import OpenAIChat
+from tests.support.llm_server import FAKE_KEY, FAKE_KEY_ENV, decision_reply, error, fake_profile
+
+if TYPE_CHECKING:
+    from tests.support.llm_server import FakeLLMServer
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "profiles.example.toml"
+ASK = DecisionRequest(system="You are Kai.", turns=(Turn("user", "hi"),))
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "profiles.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# --- built-ins and files --------------------------------------------------------------------------------
+
+
+def test_the_built_in_profiles_need_no_file() -> None:
+    profiles = load_profiles(None)
+
+    assert set(profiles) == {"scripted", "anthropic", "openai"}
+    assert profiles["anthropic"].api_key_env == "ANTHROPIC_API_KEY"
+    assert profiles["anthropic"].model.startswith("claude-haiku")
+    assert profiles["openai"].api_key_env == "OPENAI_API_KEY"
+    assert profiles["openai"].max_tokens_param == "max_completion_tokens"
+    assert profiles["scripted"].api_key_env is None
+
+
+def test_a_file_adds_profiles_and_changes_built_ins_field_by_field(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        [profiles.ollama]
+        provider = "openai"
+        model = "llama3.2"
+        base_url = "http://localhost:11434/v1"
+        max_tokens_param = "max_tokens"
+
+        [profiles.openai]
+        model = "gpt-5.6-terra"
+        timeout_s = 12.5
+        """,
+    )
+
+    profiles = load_profiles(path)
+
+    assert profiles["ollama"] == ProviderProfile(
+        name="ollama",
+        provider="openai",
+        model="llama3.2",
+        base_url="http://localhost:11434/v1",
+        max_tokens_param="max_tokens",
+    )
+    assert profiles["openai"].model == "gpt-5.6-terra"
+    assert profiles["openai"].timeout_s == 12.5
+    assert profiles["openai"].api_key_env == "OPENAI_API_KEY"  # kept from the built-in
+    assert profiles["anthropic"] == BUILTIN_PROFILES["anthropic"]
+
+
+def test_a_built_in_name_given_another_provider_starts_afresh(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, '[profiles.openai]\nprovider = "openai"\nmodel = "m"\n[profiles.anthropic]\nprovider = "scripted"'
+    )
+
+    profiles = load_profiles(path)
+
+    assert profiles["anthropic"] == ProviderProfile(name="anthropic", provider="scripted")
+    assert profiles["openai"].extra_body == BUILTIN_PROFILES["openai"].extra_body  # same provider: merged
+
+
+def test_the_example_file_loads_with_every_documented_server() -> None:
+    profiles = load_profiles(EXAMPLE)
+
+    expected = {
+        "ollama": "http://localhost:11434/v1",
+        "vllm": "http://localhost:8000/v1",
+        "lmstudio": "http://localhost:1234/v1",
+        "gemini": "https://generativelanguage.googleapis.com/v1beta/openai/",
+    }
+    for name, url in expected.items():
+        assert profiles[name].provider == "openai"
+        assert profiles[name].base_url == url
+    assert profiles["vllm"].structured_output == "json_schema"
+    assert profiles["lmstudio"].structured_output == "json_schema"
+    assert profiles["gemini"].api_key_env == "GEMINI_API_KEY"
+    assert profiles["ollama"].api_key_env is None
+    assert profiles["anthropic"] == BUILTIN_PROFILES["anthropic"]
+    assert profiles["openai"] == BUILTIN_PROFILES["openai"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("[profiles.x\nprovider = 1", "cannot read", id="not TOML"),
+        pytest.param(
+            '[profiles.local]\nprovider = "openai"\nmodel = "m"\ntemperature = 0.2',
+            "profiles.local.temperature",
+            id="typo",
+        ),
+        pytest.param(
+            '[profiles.local]\nprovider = "openai"\nmodel = "m"\ntimeout_s = "fast"',
+            "profiles.local.timeout_s",
+            id="type",
+        ),
+        pytest.param(
+            '[profiles.local]\nprovider = "openai"\nmodel = "m"\nmax_retries = -1',
+            "profiles.local.max_retries",
+            id="range",
+        ),
+        pytest.param('[profiles.local]\nmodel = "m"', "profiles.local.provider", id="no provider"),
+        pytest.param(
+            '[profiles.local]\nprovider = "gemini"\nmodel = "m"', "profiles.local.provider", id="bad provider"
+        ),
+        pytest.param('[profiles.local]\nprovider = "openai"', "profiles.local: ", id="no model"),
+        pytest.param(
+            '[profiles.claude]\nprovider = "anthropic"\nmodel = "m"', "api_key_env", id="anthropic without key"
+        ),
+        pytest.param('[profiles.local]\nname = "other"\nprovider = "scripted"', "profiles.local.name", id="renamed"),
+        pytest.param('profile = "scripted"', "unknown top-level key", id="stray key"),
+        pytest.param('[profiles]\nlocal = "scripted"', "profiles.local: must be a table", id="not a table"),
+    ],
+)
+def test_a_bad_file_is_an_error_naming_the_file_and_the_field(tmp_path: Path, text: str, expected: str) -> None:
+    path = write(tmp_path, text)
+
+    with pytest.raises(ProfileError) as caught:
+        load_profiles(path)
+
+    assert str(path) in str(caught.value)
+    assert expected in str(caught.value)
+
+
+def test_a_missing_file_is_an_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError, match="no such file"):
+        load_profiles(tmp_path / "nope.toml")
+
+
+# --- the factory ----------------------------------------------------------------------------------------
+
+
+async def test_each_provider_kind_builds_its_adapter() -> None:
+    env = {"ANTHROPIC_API_KEY": "sk-ant-test", "OPENAI_API_KEY": "sk-test"}
+
+    built = [create_provider(BUILTIN_PROFILES[name], env) for name in ("scripted", "anthropic", "openai")]
+
+    assert [type(provider) for provider in built] == [ScriptedProvider, AnthropicChat, OpenAIChat]
+    assert [provider.name for provider in built] == ["scripted", "anthropic/claude-haiku-5-5", "openai/gpt-5.6-luna"]
+    for provider in built:
+        await provider.aclose()
+
+
+def test_the_scripted_provider_takes_the_personas_lines_and_seed() -> None:
+    provider = create_provider(BUILTIN_PROFILES["scripted"], {}, aizuchi=["Yo."], remarks=["Hey there."], seed=3)
+
+    assert isinstance(provider, ScriptedProvider)
+    assert provider.aizuchi == ("Yo.",)
+    assert provider.remarks == ("Hey there.",)
+
+
+@pytest.mark.parametrize("name", ["anthropic", "openai"])
+@pytest.mark.parametrize("env", [{}, {"ANTHROPIC_API_KEY": " ", "OPENAI_API_KEY": ""}], ids=["unset", "blank"])
+def test_a_missing_key_is_an_auth_error_naming_the_variable(name: str, env: dict[str, str]) -> None:
+    with pytest.raises(LLMAuthError) as caught:
+        create_provider(BUILTIN_PROFILES[name], env)
+
+    assert BUILTIN_PROFILES[name].api_key_env in str(caught.value)  # type: ignore[operator]
+
+
+async def test_an_openai_compatible_server_without_a_key_gets_a_placeholder(llm_server: FakeLLMServer) -> None:
+    llm_server.script(decision_reply("tools", {"action": "pass", "text": ""}))
+    profile = fake_profile(llm_server, "openai", api_key_env=None)
+
+    async with create_provider(profile, {}) as provider:
+        await provider.decide(ASK)
+
+    assert llm_server.requests[0].headers["Authorization"] == "Bearer no-key"
+
+
+@pytest.mark.parametrize("api", ["anthropic", "openai"])
+async def test_the_key_never_appears_in_logs_reprs_or_errors(
+    llm_server: FakeLLMServer, caplog: pytest.LogCaptureFixture, api: str
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    llm_server.script(
+        decision_reply("tools", {"action": "pass", "text": ""}), error(503, headers={"x-should-retry": "false"})
+    )
+    profile = fake_profile(llm_server, api)  # type: ignore[arg-type]
+
+    async with create_provider(profile, {FAKE_KEY_ENV: FAKE_KEY}) as provider:
+        await provider.decide(ASK)
+        with pytest.raises(LLMUnavailable) as caught:
+            await provider.decide(ASK)
+
+    assert llm_server.requests[0].headers["Authorization"] == f"Bearer {FAKE_KEY}"  # it was sent...
+    assert caplog.records  # ...and the SDK and our adapter did log
+    for text in (caplog.text, repr(provider), repr(profile), str(caught.value), repr(caught.value)):
+        assert FAKE_KEY not in text
