@@ -37,6 +37,7 @@ __all__ = (
     "ClaimResult",
     "ClaimView",
     "ConsumeRequest",
+    "EditRequest",
     "ErrorBody",
     "ErrorDetail",
     "Health",
@@ -46,6 +47,8 @@ __all__ = (
     "MessageView",
     "ObserveResult",
     "ObservedMessage",
+    "PersonaInfoView",
+    "PersonaList",
     "PersonaPolicyPatch",
     "PersonaRegistration",
     "PersonaView",
@@ -134,7 +137,13 @@ class ObservedMessage(_In):
 
 
 class LinkRequest(_In):
-    platform_message_id: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    platform_message_id: PlatformId
+
+
+class EditRequest(_In):
+    """A message's new text after it was edited on the platform."""
+
+    text: Text
 
 
 class UsageReport(_In):
@@ -144,9 +153,19 @@ class UsageReport(_In):
     persona: Id | None = None
 
 
+Color = Annotated[str, StringConstraints(pattern=r"^#[0-9a-fA-F]{6}$")]
+PlatformId = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+
+
 class PersonaRegistration(_In):
+    """How a persona presents itself: names people may call it by, its colour, its account on the platform."""
+
     display_name: Name
     aliases: list[Name] = Field(default_factory=list, max_length=10)
+    color: Color | None = Field(None, description="its colour in the local room, #rrggbb")
+    platform_user_id: PlatformId | None = Field(
+        None, description="its account on the chat platform, e.g. a Discord user id"
+    )
 
 
 def _not_null(value: Any, info: ValidationInfo) -> Any:
@@ -338,6 +357,18 @@ class SettingsView(_Out):
     personas: dict[str, PersonaView]
 
 
+class PersonaInfoView(_Out):
+    id: str
+    display_name: str
+    aliases: list[str] = Field(default_factory=list)
+    color: str | None = None
+    platform_user_id: str | None = None
+
+
+class PersonaList(_Out):
+    personas: list[PersonaInfoView]
+
+
 class ChannelSummary(_Out):
     channel_id: str
     enabled: bool
@@ -394,6 +425,18 @@ class RetractedEvent(_Out):
     seq: int
 
 
+class EditedEvent(_Out):
+    type: Literal["edited"] = "edited"
+    channel_id: str
+    message: MessageView
+
+
+class DeletedEvent(_Out):
+    type: Literal["deleted"] = "deleted"
+    channel_id: str
+    seq: int
+
+
 class SettingsEvent(_Out):
     type: Literal["settings"] = "settings"
     channel_id: str
@@ -411,6 +454,8 @@ EVENT_MODELS: tuple[type[_Out], ...] = (
     LevelEvent,
     ClaimEvent,
     RetractedEvent,
+    EditedEvent,
+    DeletedEvent,
     SettingsEvent,
     ClearedEvent,
 )

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from arbiter.settings import ArbiterSettings
 
-__all__ = ("Arbiter", "open_arbiter", "serve_app")
+__all__ = ("Arbiter", "open_arbiter", "serve_app", "serving")
 
 _log = logging.getLogger(__name__)
 
@@ -95,15 +95,16 @@ async def open_arbiter(
             personas=tokens,
             wants_events=(lambda _channel_id: True) if relay is not None else hub.watching,
         )
-        await service.load_names()
+        await service.load_personas()
         hub.add_listener(service.on_event)
         ticker = RefundTicker(service, hub, clock)
         stack.callback(ticker.close)
         yield Arbiter(settings, service, hub, build_app(service, hub, auth))
 
 
-async def serve_app(app: web.Application, host: str, port: int, *, ready: Callable[[str], None] | None = None) -> None:
-    """Serve until cancelled (Ctrl-C or SIGTERM), then shut down gracefully."""
+@contextlib.asynccontextmanager
+async def serving(app: web.Application, host: str, port: int) -> AsyncIterator[str]:
+    """Serve ``app`` for the duration of the block; yields the URL it listens on."""
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     try:
@@ -111,11 +112,17 @@ async def serve_app(app: web.Application, host: str, port: int, *, ready: Callab
         await site.start()
         address = _address(runner, host)
         _log.info("arbiter API listening on %s", address)
+        yield address
+    finally:
+        await runner.cleanup()
+
+
+async def serve_app(app: web.Application, host: str, port: int, *, ready: Callable[[str], None] | None = None) -> None:
+    """Serve until cancelled (Ctrl-C or SIGTERM), then shut down gracefully."""
+    async with serving(app, host, port) as address:
         if ready is not None:
             ready(address)
         await asyncio.Event().wait()
-    finally:
-        await runner.cleanup()
 
 
 def _address(runner: web.AppRunner, host: str) -> str:

@@ -20,6 +20,7 @@ from arbiter.core.models import (
     ChannelSettings,
     ChannelState,
     Message,
+    PersonaInfo,
     PersonaPolicy,
     Spend,
     SpendState,
@@ -99,6 +100,16 @@ def settings_view(
     )
 
 
+def persona_view(info: PersonaInfo) -> wire.PersonaInfoView:
+    return wire.PersonaInfoView(
+        id=info.id,
+        display_name=info.display_name,
+        aliases=list(info.aliases),
+        color=info.color,
+        platform_user_id=info.platform_user_id,
+    )
+
+
 def _next_refund(state: ChannelState, now: float) -> float | None:
     schedule = rules.refund_schedule(state, now)
     return schedule[0][0] if schedule else None
@@ -139,8 +150,7 @@ class ArbiterService:
         self.personas = frozenset(personas)
         self._defaults = default_settings or ChannelSettings()
         validate_settings(self._defaults)
-        self._names: dict[str, str] = {}  # persona id -> display name
-        self._aliases: dict[str, tuple[str, ...]] = {}  # persona id -> every name it answers to
+        self._registry: dict[str, PersonaInfo] = {}  # how each persona registered (names, colour, platform id)
 
     def now(self) -> float:
         return self._clock()
@@ -161,7 +171,11 @@ class ArbiterService:
         return await self._writer.run(run, (channel_id,))
 
     def _author(self, persona_id: str) -> Author:
-        return Author(persona_id, self._names.get(persona_id, persona_id), AuthorKind.PERSONA)
+        return Author(persona_id, self._name(persona_id), AuthorKind.PERSONA)
+
+    def _name(self, persona_id: str) -> str:
+        info = self._registry.get(persona_id)
+        return persona_id if info is None else info.display_name
 
     def _require_persona(self, persona_id: str) -> None:
         if persona_id not in self.personas:
@@ -297,7 +311,7 @@ class ArbiterService:
         if spend.message_seq is None:
             return None
         message = tx.message(state.channel_id, spend.message_seq)
-        if message is None or message.text != text or message.retracted:
+        if message is None or message.text != text or not message.visible:
             return None
         return wire.SpeakResult(**self._verdict(state, now, None, message=message_view(message)))
 
@@ -326,7 +340,7 @@ class ArbiterService:
                 state = tx.channel(channel_id, spend_ids=[message.spend_id]) or state
             now = tx.now()
             spend = state.spend(message.spend_id) if message.spend_id else None
-            outstanding = spend.cost if spend is not None and spend.active(now) and not message.retracted else 0
+            outstanding = spend.cost if spend is not None and spend.active(now) and message.visible else 0
             transition = rules.retract(state, persona_id, message, now)
             self._commit(tx, state, transition)
             return wire.RetractResult(seq=seq, refunded=outstanding, level=rules.level(transition.state, now))
@@ -378,9 +392,17 @@ class ArbiterService:
                 known = tx.message_by_platform_id(channel_id, platform_message_id)
                 if known is not None:
                     return wire.ObserveResult(seq=known.seq, created=False)
+                if author_kind is AuthorKind.PERSONA:
+                    granted = self._unlinked(tx, channel_id, author_id)
+                    if granted is not None:
+                        # Our persona's own post, seen before the persona linked it: the same message.
+                        linked = rules.link_platform_id(state, author_id, granted, platform_message_id)
+                        self._commit(tx, state, linked)
+                        return wire.ObserveResult(seq=granted.seq, created=False)
             addressed: tuple[str, ...] = ()
             if author_kind is AuthorKind.HUMAN:
-                candidates = {pid: self._aliases.get(pid, ()) for pid in self.personas}
+                candidates = {pid: info.names for pid, info in self._registry.items() if pid in self.personas}
+                candidates.update({pid: () for pid in self.personas if pid not in candidates})
                 addressed = addressed_personas(text, candidates, mentions)
             author = Author(author_id, author_name, author_kind)
             now = tx.now()
@@ -417,31 +439,88 @@ class ArbiterService:
 
         return await self._change(channel_id, step)
 
-    async def register_persona(self, persona_id: str, display_name: str, aliases: Sequence[str] = ()) -> None:
-        """Remember a persona's names, so messages that name it give it the floor."""
+    def _unlinked(self, tx: WriteTx, channel_id: str, persona_id: str) -> Message | None:
+        """The persona's newest granted message that has no platform id yet. A persona posts one message at a
+        time, so that is the one just seen; the platform may have changed its text a little (formatting), so
+        the text is not compared."""
+        for message in reversed(repo.recent_history(tx.conn, channel_id, 20)):
+            if message.author_id == persona_id and message.author_kind is AuthorKind.PERSONA:
+                return message if message.platform_message_id is None else None
+        return None
+
+    async def edit_message(self, channel_id: str, platform_message_id: str, text: str) -> wire.MessageView:
+        """A message was edited on the platform."""
+        return await self._on_platform_message(channel_id, platform_message_id, text)
+
+    async def delete_message(self, channel_id: str, platform_message_id: str) -> wire.MessageView:
+        """A message was deleted on the platform."""
+        return await self._on_platform_message(channel_id, platform_message_id, None)
+
+    async def _on_platform_message(
+        self, channel_id: str, platform_message_id: str, text: str | None
+    ) -> wire.MessageView:
+        def step(tx: WriteTx, state: ChannelState) -> wire.MessageView:
+            message = tx.message_by_platform_id(channel_id, platform_message_id)
+            if message is None:
+                raise NotFound(
+                    f"no message with platform id {platform_message_id} in channel {channel_id}",
+                    field="platform_message_id",
+                    code="unknown_message",
+                )
+            now = tx.now()
+            transition = rules.delete(state, message) if text is None else rules.edit(state, message, text, now)
+            assert isinstance(transition.outcome, Message)
+            view = message_view(transition.outcome)
+            if transition.changed:
+                tx.apply(transition)
+                if text is None:
+                    tx.emit(Event(channel_id, "deleted", {"seq": message.seq}))
+                else:
+                    tx.emit(Event(channel_id, "edited", {"message": view.model_dump(mode="json")}))
+            return view
+
+        return await self._change(channel_id, step)
+
+    async def register_persona(
+        self,
+        persona_id: str,
+        display_name: str,
+        aliases: Sequence[str] = (),
+        *,
+        color: str | None = None,
+        platform_user_id: str | None = None,
+    ) -> None:
+        """Remember how a persona presents itself: its names (messages that name it give it the floor), its
+        colour (the local room) and its platform account (its own messages there are recognised)."""
         self._require_persona(persona_id)
+        info = PersonaInfo(persona_id, display_name, tuple(aliases), color, platform_user_id)
 
         def step(tx: WriteTx) -> None:
-            repo.upsert_persona(tx.conn, persona_id, display_name, aliases, tx.now())
-            data = {"persona_id": persona_id, "display_name": display_name, "aliases": list(aliases)}
-            tx.emit(Event("", "persona", data))
+            repo.upsert_persona(tx.conn, info, tx.now())
+            tx.emit(Event("", "persona", persona_view(info).model_dump(mode="json")))
 
         await self._writer.run(step)
 
     def on_event(self, event: Event) -> None:
-        """Keep the name cache current, also when another arbiter process registered the persona."""
+        """Keep the registry current, also when another arbiter process registered the persona."""
         if event.type == "persona":
-            persona_id = str(event.data["persona_id"])
-            self._remember(persona_id, str(event.data["display_name"]), tuple(event.data["aliases"]))
+            view = wire.PersonaInfoView.model_validate(event.data)
+            self._registry[view.id] = PersonaInfo(
+                view.id, view.display_name, tuple(view.aliases), view.color, view.platform_user_id
+            )
 
-    def _remember(self, persona_id: str, display_name: str, aliases: Sequence[str]) -> None:
-        self._names[persona_id] = display_name
-        self._aliases[persona_id] = (display_name, *aliases)
+    async def load_personas(self) -> None:
+        for info in await self._database.read(repo.persona_infos):
+            self._registry[info.id] = info
 
-    async def load_names(self) -> None:
-        names = await self._database.read(repo.persona_names)
-        for persona_id, (display_name, *aliases) in names.items():
-            self._remember(persona_id, display_name, aliases)
+    def personas_info(self) -> wire.PersonaList:
+        """Every persona with a token here, as registered (or by its id until it registers)."""
+        infos = [self._registry.get(pid, PersonaInfo(pid, pid)) for pid in sorted(self.personas)]
+        return wire.PersonaList(personas=[persona_view(info) for info in infos])
+
+    def persona_of_platform_user(self, platform_user_id: str) -> str | None:
+        """The persona whose platform account this is, if any."""
+        return next((i.id for i in self._registry.values() if i.platform_user_id == platform_user_id), None)
 
     # --- reading ----------------------------------------------------------------------------------------
 
@@ -462,7 +541,7 @@ class ArbiterService:
         you = claim = None
         if persona_id is not None:
             policy = settings.policy(persona_id)
-            name = self._names.get(persona_id, persona_id)
+            name = self._name(persona_id)
             you = wire.PersonaView(enabled=policy.enabled, muted=policy.muted, display_name=name)
             held = state.claim_of(persona_id, now)
             claim = None if held is None else claim_view(held, now)
@@ -529,7 +608,7 @@ class ArbiterService:
         return self._settings_view(state)
 
     def _settings_view(self, state: ChannelState) -> wire.SettingsView:
-        names = {pid: self._names.get(pid, pid) for pid in self.personas}
+        names = {pid: self._name(pid) for pid in self.personas}
         return settings_view(state.channel_id, state.settings, names)
 
     async def ensure_channel(self, channel_id: str, changes: Mapping[str, Any] | None = None) -> wire.SettingsView:

@@ -40,12 +40,19 @@ async def _health(_request: web.Request) -> web.Response:
 _OPENAPI = web.AppKey("openapi", str)
 
 
+async def _end_streams(app: web.Application) -> None:
+    # Open event streams would otherwise hold shutdown for aiohttp's whole grace period (a minute): end them;
+    # clients reconnect with ?after= and lose nothing.
+    app[HUB].close_all()
+
+
 def build_app(service: ArbiterService, hub: EventHub, auth: TokenAuth) -> web.Application:
     app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY)
     app[SERVICE] = service
     app[HUB] = hub
     app[AUTH] = auth
     app[_OPENAPI] = json.dumps(openapi_document(package_version()))
+    app.on_shutdown.append(_end_streams)
     add_routes(app)
     app.router.add_get("/v1/channels/{channel_id}/events", events_handler)
     app.router.add_get("/v1/openapi.json", _openapi)

@@ -22,6 +22,7 @@ _PARAM_SCHEMAS: dict[str, dict[str, Any]] = {
     "persona_id": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"},
     "claim_id": {"type": "string"},
     "seq": {"type": "integer", "minimum": 1},
+    "platform_message_id": {"type": "string", "pattern": r"^[A-Za-z0-9_.:-]{1,64}$"},
 }
 _ERRORS = {
     400: "Malformed JSON",

@@ -86,6 +86,7 @@ _PATH_PARAMS = {
     "persona_id": re.compile(ID_PATTERN),
     "claim_id": re.compile(r"^[A-Za-z0-9_-]{1,40}$"),
     "seq": re.compile(r"^[1-9][0-9]{0,17}$"),
+    "platform_message_id": re.compile(r"^[A-Za-z0-9_.:-]{1,64}$"),
 }
 
 
@@ -209,7 +210,22 @@ async def _usage(call: Call) -> BaseModel:
 async def _register(call: Call) -> None:
     body: wire.PersonaRegistration = call.body
     assert call.persona is not None
-    await call.service.register_persona(call.persona, body.display_name, body.aliases)
+    await call.service.register_persona(
+        call.persona, body.display_name, body.aliases, color=body.color, platform_user_id=body.platform_user_id
+    )
+
+
+async def _personas(call: Call) -> BaseModel:
+    return call.service.personas_info()
+
+
+async def _edit(call: Call) -> BaseModel:
+    body: wire.EditRequest = call.body
+    return await call.service.edit_message(call.channel_id, call.path("platform_message_id"), body.text)
+
+
+async def _delete(call: Call) -> BaseModel:
+    return await call.service.delete_message(call.channel_id, call.path("platform_message_id"))
 
 
 async def _channels(call: Call) -> BaseModel:
@@ -262,11 +278,17 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              Access.PERSONA, _retract, response=wire.RetractResult, tag="history"),
     Endpoint("PUT", f"{CH}/messages/{{seq}}/platform-id", "Link a posted message to its platform id",
              Access.PERSONA, _link, body=wire.LinkRequest, response=wire.MessageView, tag="history"),
+    Endpoint("PATCH", f"{CH}/platform-messages/{{platform_message_id}}", "A message was edited on the platform",
+             Access.ADMIN, _edit, body=wire.EditRequest, response=wire.MessageView, tag="history"),
+    Endpoint("DELETE", f"{CH}/platform-messages/{{platform_message_id}}", "A message was deleted on the platform",
+             Access.ADMIN, _delete, response=wire.MessageView, tag="history"),
     Endpoint("POST", f"{CH}/usage", "Report tokens used by one LLM call", Access.PERSONA, _usage,
              body=wire.UsageReport, response=wire.UsageResult),
     Endpoint("PUT", "/v1/personas/{persona_id}", "Register the calling persona's names", Access.PERSONA,
              _register, body=wire.PersonaRegistration, status=204, tag="personas"),
-    Endpoint("GET", "/v1/channels", "List channels", Access.ADMIN, _channels, response=wire.ChannelList,
+    Endpoint("GET", "/v1/personas", "The personas and how they registered", Access.ANY, _personas,
+             response=wire.PersonaList, tag="personas"),
+    Endpoint("GET", "/v1/channels", "List channels", Access.ANY, _channels, response=wire.ChannelList,
              tag="admin"),
     Endpoint("PUT", CH, "Create a channel, or change the settings of an existing one", Access.ADMIN,
              _create_channel, body=wire.SettingsPatch, response=wire.SettingsView, tag="admin"),

@@ -1,7 +1,8 @@
 """GET /v1/channels/{channel_id}/events: the channel's live events over a WebSocket.
 
 With ``?after=<seq>`` the stream first replays the messages after that seq from the history, then goes
-live without a gap or a duplicate: a client that reconnects loses nothing.
+live without a gap or a duplicate: a client that reconnects loses nothing. ``stream_events`` does the work
+for any route that streams a channel (this one, and the local room's).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from aiohttp import WSMsgType, web
 from arbiter.api.routes import AUTH, SERVICE, HistoryQuery, _check_path, _parse_query
 from arbiter.events import Event, EventHub
 
-__all__ = ("HUB", "events_handler")
+__all__ = ("HUB", "events_handler", "stream_events")
 
 _log = logging.getLogger(__name__)
 
@@ -25,18 +26,26 @@ HUB = web.AppKey("hub", EventHub)
 async def events_handler(request: web.Request) -> web.StreamResponse:
     request.app[AUTH].principal(request)
     _check_path(request)
-    channel_id = request.match_info["channel_id"]
-    service = request.app[SERVICE]
-    replay_from = "after" in request.query
     query = _parse_query(request, HistoryQuery)
     assert isinstance(query, HistoryQuery)
+    after = query.after if "after" in request.query else None
+    return await stream_events(request, request.match_info["channel_id"], after=after)
+
+
+async def stream_events(request: web.Request, channel_id: str, *, after: int | None) -> web.WebSocketResponse:
+    """Answer ``request`` with the channel's event stream: its level first, then every event as it happens.
+
+    With ``after`` the messages after that seq are replayed before the level. An unknown channel raises
+    NotFound before the upgrade (a 404, not a socket that closes at once).
+    """
+    service = request.app[SERVICE]
     # Subscribe before reading the level, so a change in between arrives as an event rather than being lost;
     # an unknown channel is still a 404 before the upgrade.
     with request.app[HUB].subscribe(channel_id) as subscription:
         level = await service.level_event(channel_id)
         socket = web.WebSocketResponse(heartbeat=30)
         await socket.prepare(request)
-        sent_seq = await _replay(socket, request, channel_id, query.after) if replay_from else 0
+        sent_seq = await _replay(socket, request, channel_id, after) if after is not None else 0
         await socket.send_str(level.to_json())
         request.app[HUB].announce(level)
         reader = asyncio.create_task(_drain_incoming(socket))

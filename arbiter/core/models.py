@@ -20,6 +20,7 @@ __all__ = (
     "ChannelSettings",
     "ChannelState",
     "Message",
+    "PersonaInfo",
     "PersonaPolicy",
     "Priority",
     "RefusalReason",
@@ -161,6 +162,13 @@ class Message:
     spend_id: str | None = None
     retracted: bool = False
     addressed: tuple[str, ...] = ()
+    deleted: bool = False  # removed on the platform
+    edited_at: float | None = None
+
+    @property
+    def visible(self) -> bool:
+        """Part of the conversation: neither retracted (its post failed) nor deleted on the platform."""
+        return not (self.retracted or self.deleted)
 
     @property
     def substantive(self) -> bool:
@@ -169,11 +177,27 @@ class Message:
 
 
 @dataclass(frozen=True, slots=True)
+class PersonaInfo:
+    """How a persona registered with the arbiter."""
+
+    id: str
+    display_name: str
+    aliases: tuple[str, ...] = ()
+    color: str | None = None
+    platform_user_id: str | None = None  # its account on the chat platform (a Discord user id)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.display_name, *self.aliases)
+
+
+@dataclass(frozen=True, slots=True)
 class Priority:
     """Personas addressed by a human message; the others may only nod until they answer or it ends."""
 
     persona_ids: frozenset[str]
     until: float
+    since_seq: int = 0  # the addressing message: only a reply written after reading it answers it
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,8 @@ __all__ = (
     "claim",
     "clear_history",
     "consume",
+    "delete",
+    "edit",
     "level",
     "link_platform_id",
     "observe",
@@ -299,14 +301,17 @@ def _after_message(state: ChannelState, message: Message) -> dict[str, Any]:
     return fields
 
 
-def _answered(state: ChannelState, persona_id: str, tier: Tier) -> Priority | None:
-    """The priority after ``persona_id`` spoke (or passed) in ``tier``. Only a remark or a pass on one answers:
-    a nod may have been meant for an earlier message, and must not give the floor away."""
+def _answered(state: ChannelState, persona_id: str, tier: Tier, based_on_seq: int | None) -> Priority | None:
+    """The priority after ``persona_id`` spoke in ``tier``. Only a remark answers, and only one written after
+    reading the addressing message (as its based_on_seq says): a nod, or a reply to an earlier message, must not
+    give the floor away. A released claim never does either: it may have been an error, not a choice."""
     priority = state.priority
     if priority is None or persona_id not in priority.persona_ids or tier is Tier.AIZUCHI:
         return priority
+    if based_on_seq is not None and based_on_seq < priority.since_seq:
+        return priority
     rest = priority.persona_ids - {persona_id}
-    return Priority(rest, priority.until) if rest else None
+    return replace(priority, persona_ids=rest) if rest else None
 
 
 def _with_spend(state: ChannelState, spend: Spend, previous: Spend | None) -> ChannelState:
@@ -315,7 +320,14 @@ def _with_spend(state: ChannelState, spend: Spend, previous: Spend | None) -> Ch
 
 
 def _post(
-    state: ChannelState, author: Author, spend: Spend, text: str, now: float, *, previous: Spend | None
+    state: ChannelState,
+    author: Author,
+    spend: Spend,
+    text: str,
+    now: float,
+    *,
+    previous: Spend | None,
+    based_on_seq: int | None,
 ) -> tuple[ChannelState, Spend, Message]:
     message = Message(
         channel_id=state.channel_id,
@@ -332,9 +344,8 @@ def _post(
     spend = replace(spend, message_seq=message.seq)
     spends, claims = ledger.place(state.spends, state.claims, spend, previous)
     fields = _after_message(state, message)
-    next_state = replace(
-        state, spends=spends, claims=claims, priority=_answered(state, author.id, spend.tier), **fields
-    )
+    priority = _answered(state, author.id, spend.tier, based_on_seq)
+    next_state = replace(state, spends=spends, claims=claims, priority=priority, **fields)
     return next_state, spend, message
 
 
@@ -361,7 +372,7 @@ def consume(
     if refusal is not None:
         return Transition(state, refusal)
     spend = Spend(spend_id, author.id, tier, cost, SpendState.SPOKEN, now, now + rule.recovery_s)
-    next_state, spend, message = _post(state, author, spend, text, now, previous=None)
+    next_state, spend, message = _post(state, author, spend, text, now, previous=None, based_on_seq=based_on_seq)
     return Transition(next_state, SpeechGranted(spend, message), new_spends=(spend,), new_messages=(message,))
 
 
@@ -426,7 +437,7 @@ def speak(
     if refusal is not None:
         return Transition(state, refusal)
     spoken = replace(held, tier=tier, cost=cost, state=SpendState.SPOKEN, refund_at=now + rule.recovery_s)
-    next_state, spoken, message = _post(state, author, spoken, text, now, previous=held)
+    next_state, spoken, message = _post(state, author, spoken, text, now, previous=held, based_on_seq=based_on_seq)
     refunded = 0 if expired else held.cost - cost
     return Transition(
         next_state, SpeechGranted(spoken, message, refunded), changed_spends=(spoken,), new_messages=(message,)
@@ -442,7 +453,7 @@ def release(state: ChannelState, persona_id: str, claim_id: str, now: float) -> 
         raise ConflictError(f"claim {claim_id} was already {held.state}", field="claim_id", code="claim_closed")
     released = replace(held, state=SpendState.RELEASED, refund_at=min(held.refund_at, now))
     spends, claims = ledger.place(state.spends, state.claims, released, held)
-    next_state = replace(state, spends=spends, claims=claims, priority=_answered(state, persona_id, held.tier))
+    next_state = replace(state, spends=spends, claims=claims)
     return Transition(next_state, Released(released), changed_spends=(released,))
 
 
@@ -474,7 +485,8 @@ def observe(
     if author.kind is AuthorKind.HUMAN:
         window = state.settings.priority_window_s
         gets_floor = bool(message.addressed) and window > 0
-        fields["priority"] = Priority(frozenset(message.addressed), now + window) if gets_floor else None
+        floor = Priority(frozenset(message.addressed), now + window, message.seq)
+        fields["priority"] = floor if gets_floor else None
     next_state = replace(state, **fields)
     return Transition(next_state, message, new_messages=(message,))
 
@@ -508,8 +520,8 @@ def link_platform_id(state: ChannelState, persona_id: str, message: Message, pla
     """Attach the platform's id to a granted message once it was posted."""
     if message.author_id != persona_id:
         raise PermissionDenied(f"message {message.seq} was not written by {persona_id}", field="seq")
-    if message.retracted:
-        raise ConflictError(f"message {message.seq} was retracted", field="seq")
+    if not message.visible:
+        raise ConflictError(f"message {message.seq} is no longer in the history", field="seq")
     if message.platform_message_id == platform_message_id:
         return Transition(state, message)
     if message.platform_message_id is not None:
@@ -518,6 +530,26 @@ def link_platform_id(state: ChannelState, persona_id: str, message: Message, pla
         )
     linked = replace(message, platform_message_id=platform_message_id)
     return Transition(state, linked, changed_messages=(linked,))
+
+
+def edit(state: ChannelState, message: Message, text: str, now: float) -> Transition:
+    """A message was edited on the platform: the history shows the new text."""
+    if not message.visible:
+        raise ConflictError(f"message {message.seq} is no longer in the history", field="seq")
+    if message.text == text:
+        return Transition(state, message)
+    edited = replace(message, text=text, edited_at=now)
+    return Transition(state, edited, changed_messages=(edited,))
+
+
+def delete(state: ChannelState, message: Message) -> Transition:
+    """A message was deleted on the platform: it leaves the history. What it cost is not refunded early - the
+    turn was taken - and the counters of turns stay as they were."""
+    if message.deleted:
+        return Transition(state, message)
+    deleted = replace(message, deleted=True)
+    recent = tuple(seq for seq in state.recent_substantive if seq != message.seq)
+    return Transition(replace(state, recent_substantive=recent), deleted, changed_messages=(deleted,))
 
 
 def record_usage(state: ChannelState, tokens: int, now: float) -> Transition:

@@ -18,6 +18,7 @@ from arbiter.core.models import (
     ChannelSettings,
     ChannelState,
     Message,
+    PersonaInfo,
     PersonaPolicy,
     Priority,
     Spend,
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 
 __all__ = (
     "ChannelSummary",
-    "PersonaNames",
     "add_usage",
     "channel_ids",
     "delete_history",
@@ -44,7 +44,7 @@ __all__ = (
     "load_channels",
     "message",
     "message_by_platform_id",
-    "persona_names",
+    "persona_infos",
     "save_channels",
     "spends_by_id",
     "update_messages",
@@ -90,7 +90,7 @@ _SETTINGS_COLUMNS = (
     "personas",
 )
 _SPEND_CHANGES = ("tier", "cost", "state", "refund_at", "message_seq")
-_MESSAGE_CHANGES = ("text", "platform_message_id", "retracted")
+_MESSAGE_CHANGES = ("text", "platform_message_id", "retracted", "deleted", "edited_at")
 
 
 def _by_key(table: Table, key: str, names: Sequence[str]) -> Any:
@@ -102,12 +102,12 @@ _SAVE_ALL = _by_key(channels, "id", (*_STATE_COLUMNS, *_SETTINGS_COLUMNS))
 _INSERT_SPENDS = insert(spends)
 _UPDATE_SPENDS = _by_key(spends, "id", _SPEND_CHANGES)
 _INSERT_MESSAGES = insert(messages)
+_visible = messages.c.retracted.is_(False) & messages.c.deleted.is_(False)
 _UPDATE_MESSAGES = (
     update(messages)
     .where(messages.c.channel_id == bindparam("b_channel_id"), messages.c.seq == bindparam("b_seq"))
     .values({name: bindparam(name) for name in _MESSAGE_CHANGES})
 )
-PersonaNames = dict[str, tuple[str, ...]]  # id -> display name and aliases
 
 
 # --- mapping --------------------------------------------------------------------------------------------
@@ -143,7 +143,7 @@ def _state_columns(state: ChannelState) -> dict[str, Any]:
         "last_human_at": state.last_human_at,
         "priority": None
         if priority is None
-        else {"persona_ids": sorted(priority.persona_ids), "until": priority.until},
+        else {"persona_ids": sorted(priority.persona_ids), "until": priority.until, "since_seq": priority.since_seq},
         "recent_substantive": list(state.recent_substantive),
         "tokens_day": state.tokens_day,
         "tokens_used": state.tokens_used,
@@ -210,6 +210,8 @@ def _message_from(row: Row[Any]) -> Message:
         spend_id=row.spend_id,
         retracted=row.retracted,
         addressed=tuple(row.addressed),
+        deleted=row.deleted,
+        edited_at=row.edited_at,
     )
 
 
@@ -228,6 +230,8 @@ def _message_columns(message: Message) -> dict[str, Any]:
         "spend_id": message.spend_id,
         "retracted": message.retracted,
         "addressed": list(message.addressed),
+        "deleted": message.deleted,
+        "edited_at": message.edited_at,
     }
 
 
@@ -268,7 +272,9 @@ def _state_from(row: Row[Any], channel_spends: Iterable[Spend]) -> ChannelState:
     ordinary, claims = split(channel_spends)
     priority = None
     if row.priority:
-        priority = Priority(frozenset(row.priority["persona_ids"]), row.priority["until"])
+        priority = Priority(
+            frozenset(row.priority["persona_ids"]), row.priority["until"], row.priority.get("since_seq", 0)
+        )
     return ChannelState(
         channel_id=row.id,
         settings=_settings_from(row),
@@ -368,6 +374,8 @@ def update_messages(conn: Connection, changed: Sequence[Message]) -> None:
                 "text": message.text,
                 "platform_message_id": message.platform_message_id,
                 "retracted": message.retracted,
+                "deleted": message.deleted,
+                "edited_at": message.edited_at,
             }
             for message in changed
         ]
@@ -388,10 +396,10 @@ def message_by_platform_id(conn: Connection, channel_id: str, platform_message_i
 
 
 def history(conn: Connection, channel_id: str, after: int, limit: int) -> list[Message]:
-    """Messages after seq ``after``, oldest first; retracted ones are not part of the conversation."""
+    """Messages after seq ``after``, oldest first; retracted and deleted ones are not part of the conversation."""
     query = (
         select(messages)
-        .where(messages.c.channel_id == channel_id, messages.c.seq > after, messages.c.retracted.is_(False))
+        .where(messages.c.channel_id == channel_id, messages.c.seq > after, _visible)
         .order_by(messages.c.seq)
         .limit(limit)
     )
@@ -402,7 +410,7 @@ def recent_history(conn: Connection, channel_id: str, limit: int) -> list[Messag
     """The last ``limit`` messages, oldest first."""
     query = (
         select(messages)
-        .where(messages.c.channel_id == channel_id, messages.c.retracted.is_(False))
+        .where(messages.c.channel_id == channel_id, _visible)
         .order_by(messages.c.seq.desc())
         .limit(limit)
     )
@@ -454,15 +462,30 @@ def usage(conn: Connection, channel_id: str, day: int) -> dict[str, tuple[int, i
     return {row.persona_id: (row.prompt_tokens, row.completion_tokens, row.requests) for row in rows}
 
 
-def upsert_persona(conn: Connection, persona_id: str, display_name: str, aliases: Sequence[str], now: float) -> None:
-    values = {"display_name": display_name, "aliases": list(aliases), "updated_at": now}
-    statement = _upsert(conn, personas).values(id=persona_id, **values)
+def upsert_persona(conn: Connection, info: PersonaInfo, now: float) -> None:
+    values = {
+        "display_name": info.display_name,
+        "aliases": list(info.aliases),
+        "color": info.color,
+        "platform_user_id": info.platform_user_id,
+        "updated_at": now,
+    }
+    statement = _upsert(conn, personas).values(id=info.id, **values)
     conn.execute(statement.on_conflict_do_update(index_elements=["id"], set_=values))
 
 
-def persona_names(conn: Connection) -> PersonaNames:
-    rows = conn.execute(select(personas.c.id, personas.c.display_name, personas.c.aliases))
-    return {row.id: (row.display_name, *row.aliases) for row in rows}
+def persona_infos(conn: Connection) -> list[PersonaInfo]:
+    rows = conn.execute(select(personas).order_by(personas.c.id))
+    return [
+        PersonaInfo(
+            id=row.id,
+            display_name=row.display_name,
+            aliases=tuple(row.aliases),
+            color=row.color,
+            platform_user_id=row.platform_user_id,
+        )
+        for row in rows
+    ]
 
 
 def count_messages(conn: Connection, channel_id: str) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, BigInteger, Double, Index, Integer, MetaData, String, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Double, Index, Integer, MetaData, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = ("Base", "ChannelRow", "MessageRow", "PersonaRow", "SpendRow", "UsageRow")
@@ -95,6 +95,8 @@ class MessageRow(Base):
     spend_id: Mapped[str | None] = mapped_column(String(40))
     retracted: Mapped[bool]
     addressed: Mapped[list[Any]]
+    deleted: Mapped[bool] = mapped_column(server_default=false())
+    edited_at: Mapped[float | None]
 
 
 class UsageRow(Base):
@@ -111,7 +113,8 @@ class UsageRow(Base):
 
 
 class PersonaRow(Base):
-    """Names a persona registered under, so the arbiter can tell when a message addresses it."""
+    """How a persona registered: its names (so the arbiter can tell when a message addresses it), its colour
+    (for the local room) and its account on the chat platform (so its messages there are recognised)."""
 
     __tablename__ = "personas"
 
@@ -119,3 +122,5 @@ class PersonaRow(Base):
     display_name: Mapped[str] = mapped_column(String(80))
     aliases: Mapped[list[Any]]
     updated_at: Mapped[float]
+    color: Mapped[str | None] = mapped_column(String(7))
+    platform_user_id: Mapped[str | None] = mapped_column(String(64))

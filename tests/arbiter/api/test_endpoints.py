@@ -684,6 +684,45 @@ async def test_health_needs_no_token(api: Api) -> None:
     assert await api.call("GET", "/v1/health", None) == {"ok": True}
 
 
+async def test_personas_list_how_each_registered(api: Api) -> None:
+    body = {"display_name": "Hana", "aliases": ["はな"], "color": "#f08a24", "platform_user_id": "9001"}
+    await api.call("PUT", "/v1/personas/hana", "hana", json=body, expect=204)
+    listed = await api.call("GET", "/v1/personas", "kai")
+    assert listed["personas"] == [
+        {"id": "hana", **{**body, "aliases": ["はな"]}},
+        {"id": "kai", "display_name": "kai", "aliases": [], "color": None, "platform_user_id": None},
+        {"id": "mio", "display_name": "mio", "aliases": [], "color": None, "platform_user_id": None},
+    ]
+
+
+async def test_a_personas_own_post_seen_on_the_platform_links_to_its_grant(api: Api) -> None:
+    # The platform's copy of a persona's message can arrive before the persona links it: it is the same message.
+    seq = (await api.consume("hana", "Same here!", tier="aizuchi"))["message"]["seq"]
+    author = {"author_id": "hana", "author_name": "Hana", "author_kind": "persona"}
+    seen = await api.observe("Same here!", platform_message_id="d-77", **author)
+    assert seen == {"seq": seq, "created": False}
+    assert (await api.history())["messages"][-1]["platform_message_id"] == "d-77"
+    assert await api.texts() == ["Same here!"]
+
+
+async def test_an_edit_on_the_platform_changes_the_text_in_the_history(api: Api) -> None:
+    await api.observe("helo everyone", platform_message_id="p1")
+    edited = await api.call("PATCH", f"{CH}/platform-messages/p1", "admin", json={"text": "hello everyone"})
+    assert (edited["seq"], edited["text"]) == (1, "hello everyone")
+    assert await api.texts() == ["hello everyone"]
+
+
+async def test_a_deletion_on_the_platform_removes_the_message_but_keeps_the_cost(api: Api) -> None:
+    await api.observe("hi", platform_message_id="p1")
+    posted = (await api.consume("hana", "A thought worth deleting.", tier="remark"))["message"]["seq"]
+    await api.call("PUT", f"{CH}/messages/{posted}/platform-id", "hana", json={"platform_message_id": "p2"})
+    await api.call("DELETE", f"{CH}/platform-messages/p2", "admin")
+    assert await api.texts() == ["hi"]
+    assert await api.level() == 40  # the turn was taken; the refund comes on time, not early
+    again = await api.error("PATCH", f"{CH}/platform-messages/p2", "admin", json={"text": "x"}, expect=409)
+    assert again["field"] == "seq"
+
+
 COVERED: dict[tuple[str, str], object] = {
     ("POST", "/v1/channels/{channel_id}/consume"): test_consume_by_tier_spends_the_tiers_cost,
     ("POST", "/v1/channels/{channel_id}/claims"): test_claim_holds_the_tiers_cost,
@@ -697,6 +736,13 @@ COVERED: dict[tuple[str, str], object] = {
     ("POST", "/v1/channels/{channel_id}/usage"): test_usage_accumulates_per_channel_and_day,
     ("PUT", "/v1/personas/{persona_id}"): test_registered_display_name_and_aliases_address_the_persona,
     ("GET", "/v1/channels"): test_list_channels_shows_each_channel_and_its_last_seq,
+    ("GET", "/v1/personas"): test_personas_list_how_each_registered,
+    ("PATCH", "/v1/channels/{channel_id}/platform-messages/{platform_message_id}"): (
+        test_an_edit_on_the_platform_changes_the_text_in_the_history
+    ),
+    ("DELETE", "/v1/channels/{channel_id}/platform-messages/{platform_message_id}"): (
+        test_a_deletion_on_the_platform_removes_the_message_but_keeps_the_cost
+    ),
     ("PUT", "/v1/channels/{channel_id}"): test_create_channel_answers_with_the_default_settings,
     ("GET", "/v1/channels/{channel_id}/settings"): test_get_settings_matches_what_create_answered,
     ("PATCH", "/v1/channels/{channel_id}/settings"): test_patch_settings_changes_only_the_fields_given,

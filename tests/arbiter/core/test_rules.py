@@ -677,13 +677,21 @@ def test_priority_ends_when_the_addressed_persona_speaks() -> None:
     speech(_consume(state, Tier.REMARK, T0 + 2))
 
 
-def test_priority_ends_when_the_addressed_persona_releases_its_claim() -> None:
+def test_a_release_keeps_the_addressed_personas_floor() -> None:
+    # A claim may be given back because the model failed or the process stopped: that is no answer.
     state = hear(channel(priority_window_s=20), T0, addressed=("kai",))
     state, held = hold(state, "kai", Tier.REMARK, T0 + 1)
-    # Holding a claim is not an answer yet.
     assert refusal(_consume(state, Tier.REMARK, T0 + 2)).reason is R.PRIORITY
     state = let_go(state, "kai", held.id, T0 + 3)
-    speech(_consume(state, Tier.REMARK, T0 + 3))
+    assert refusal(_consume(state, Tier.REMARK, T0 + 4)).reason is R.PRIORITY
+    speech(_consume(state, Tier.REMARK, T0 + 20))  # until the window passes
+
+
+@pytest.mark.parametrize(("based_on_seq", "answered"), [(None, True), (1, True), (0, False)])
+def test_only_a_reply_written_after_the_question_answers_it(based_on_seq: int | None, answered: bool) -> None:
+    state = hear(channel(capacity=200, priority_window_s=20), T0, addressed=("kai",))  # seq 1
+    state, _ = say(state, KAI, Tier.REMARK, T0 + 1, based_on_seq=based_on_seq)
+    assert (state.priority is None) is answered
 
 
 def test_a_nod_from_the_addressed_persona_does_not_end_its_priority() -> None:
@@ -966,3 +974,41 @@ def test_clear_history_forgets_the_conversation_but_not_the_sequence() -> None:
     assert cleared.last_seq == 3
     state, granted = say(cleared, HANA, Tier.AIZUCHI, T0 + 2, based_on_seq=3)
     assert granted.message.seq == 4
+
+
+# --- edits and deletions on the platform -------------------------------------------------------------------
+
+
+def test_an_edit_replaces_the_text_and_notes_when() -> None:
+    state, granted = say(channel(), HANA, Tier.REMARK, T0, "helo")
+    transition = rules.edit(state, granted.message, "hello", T0 + 2)
+    assert isinstance(transition.outcome, Message)
+    assert (transition.outcome.text, transition.outcome.edited_at) == ("hello", T0 + 2)
+    assert transition.changed_messages == (transition.outcome,)
+    assert transition.state == state  # the pool and the counters do not move
+
+
+def test_an_edit_to_the_same_text_changes_nothing() -> None:
+    state, granted = say(channel(), HANA, Tier.REMARK, T0, "hello")
+    assert not rules.edit(state, granted.message, "hello", T0 + 2).changed
+
+
+def test_a_deletion_hides_the_message_keeps_its_cost_and_forgets_it_for_staleness() -> None:
+    state, granted = say(channel(), HANA, Tier.REMARK, T0, "a remark")
+    transition = rules.delete(state, granted.message)
+    assert isinstance(transition.outcome, Message)
+    assert transition.outcome.deleted and not transition.outcome.visible
+    assert transition.state.recent_substantive == ()
+    assert rules.level(transition.state, T0 + 1) == rules.level(state, T0 + 1) == 40
+    assert transition.state.bot_streak == state.bot_streak
+
+
+def test_a_deleted_message_cannot_be_edited_linked_or_deleted_again() -> None:
+    state, granted = say(channel(), HANA, Tier.REMARK, T0)
+    deleted = rules.delete(state, granted.message)
+    assert isinstance(deleted.outcome, Message)
+    with pytest.raises(ConflictError):
+        rules.edit(deleted.state, deleted.outcome, "new", T0 + 1)
+    with pytest.raises(ConflictError):
+        rules.link_platform_id(deleted.state, "hana", deleted.outcome, "p-1")
+    assert not rules.delete(deleted.state, deleted.outcome).changed
