@@ -97,6 +97,9 @@ class ArbiterClient:
         body = wire.LinkRequest(platform_message_id=platform_message_id)
         return await self._expect("PUT", self._url(channel_id, f"/messages/{seq}/platform-id"), wire.MessageView, body)
 
+    async def channels(self) -> wire.ChannelList:
+        return await self._expect("GET", f"{self._base}/v1/channels", wire.ChannelList)
+
     async def register(self, persona_id: str, registration: wire.PersonaRegistration) -> None:
         await self._call("PUT", f"{self._base}/v1/personas/{persona_id}", None, registration)
 

@@ -60,7 +60,9 @@ def blocked(status: StatusView) -> str | None:
         return "muted"
     if status.paused:
         return "paused"
-    if status.bot_streak >= status.idle_cap:
+    # As the arbiter counts: bot turns taken, and those others are about to take.
+    in_flight = sum(status.claims_held.values()) - (1 if status.claim is not None else 0)
+    if status.bot_streak + in_flight >= status.idle_cap:
         return "idle cap reached: waiting for a human"
     if status.daily_token_budget is not None and status.tokens_today >= status.daily_token_budget:
         return "token budget spent"
@@ -137,7 +139,8 @@ def plan_turn(
     why = blocked(status)
     if why is not None:
         return Plan(None, why=why)
-    if not window or window[-1].author_id == persona.id:
+    if not window or (window[-1].author_id == persona.id and persona.id not in status.priority):
+        # Its own message is the newest - unless it was asked something while it was writing that: answer it.
         return Plan(None, why="nothing new from others")
     if status.claim is not None:
         return Plan(None, why="already holding a claim")

@@ -54,13 +54,17 @@ def persona_prompt(persona: Persona) -> str:
 
 
 def rules_prompt(persona: Persona, actions: Sequence[str], max_lengths: Mapping[str, int], topic: str) -> str:
+    def guide(action: str) -> str:
+        line = f"- {action}: {_TIER_GUIDE[action]}"
+        if action in max_lengths:
+            line += f" (at most {length_in_words(persona, max_lengths[action])})"
+        if action == Tier.AIZUCHI and persona.react_with_emoji:
+            line += "; a single emoji works too, shown as a reaction"
+        return line
+
     lines = [
         "The room takes turns by a shared speaking budget, so choose your move carefully. You may:",
-        *(
-            f"- {action}: {_TIER_GUIDE[action]}"
-            + (f" (at most {length_in_words(persona, max_lengths[action])})" if action in max_lengths else "")
-            for action in actions
-        ),
+        *(guide(action) for action in actions),
         "Rules: react to what was just said, like a person in the room would. Say something new - never repeat "
         "what you or anyone else already said, and do not greet again once the conversation is going. If someone "
         "asked you something directly, answer it. Plain text only: no markdown, no quotation marks around your "

@@ -24,8 +24,9 @@ from arbiter.contract import Tier
 from bots.errors import ArbiterRejected, ArbiterUnavailable, BotError, PostFailed
 from bots.llm.base import DecisionRequest, LLMBadOutput, LLMError, LLMRateLimited, Usage
 from bots.planner import anchor, plan_turn
+from bots.platforms.base import Posted
 from bots.prompt import persona_prompt, rules_prompt, transcript_turn
-from bots.text import clean_reply, repeats
+from bots.text import clean_reply, is_emoji, repeats
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -104,8 +105,14 @@ class PersonaRuntime:
         self._backoff_until = 0.0
 
     async def start(self) -> None:
-        """Tell the arbiter the persona's names, so people who name it give it the floor."""
-        registration = wire.PersonaRegistration(display_name=self.persona.display_name, aliases=self.persona.aliases)
+        """Tell the arbiter how the persona presents itself: its names (people who name it give it the floor),
+        its colour, and its account on the platform (so its own posts there are recognised)."""
+        registration = wire.PersonaRegistration(
+            display_name=self.persona.display_name,
+            aliases=self.persona.aliases,
+            color=self.persona.color,
+            platform_user_id=self.platform.user_id,
+        )
         await self.arbiter.register(self.persona.id, registration)
 
     def join(self, channel_id: str) -> ChannelWorker:
@@ -251,6 +258,10 @@ class ChannelWorker:
         elif kind == "cleared":
             self.window.clear()
             self.answered = self.last_seq = event.get("last_seq", self.last_seq)
+        elif kind == "level" and self._intent is not None and self._retry is not None:
+            # Waiting for the pool: a claim given back (a pass) refills it long before the retry planned from
+            # the claim's time-to-live, and no message comes to say so.
+            self.wake()
 
     # --- taking turns ----------------------------------------------------------------------------------
 
@@ -357,10 +368,11 @@ class ChannelWorker:
             return result.claim
         runtime.stats.refused_claims += 1
         _log.debug("persona=%s claim of %s refused: %s", self.persona.id, tier, result.reason)
-        if result.retry_after is not None and result.reason is not wire.RefusalReason.STALE:
+        if result.reason is wire.RefusalReason.STALE:
+            self.wake()  # look again with fresh context
+        elif result.retry_after is not None:
             self._retry_in(result.retry_after)
-        else:
-            self.wake()  # stale: look again with fresh context
+        # Otherwise (the idle cap, a pause, a mute) only a new message can change things: wait for one.
         return None
 
     async def _generate_and_speak(
@@ -423,7 +435,7 @@ class ChannelWorker:
         self._held = None
         seq = result.message.seq
         try:
-            posted = await runtime.platform.post(self.channel_id, text)
+            posted = await self._deliver(tier, text, seq)
         except PostFailed as error:
             runtime.stats.wasted += 1
             _log.warning("persona=%s: post failed (%s); retracting message %d", self.persona.id, error, seq)
@@ -433,6 +445,16 @@ class ChannelWorker:
         runtime.stats.posted[str(tier)] += 1
         with contextlib.suppress(BotError):
             await runtime.arbiter.link(self.channel_id, seq, posted.platform_message_id)
+
+    async def _deliver(self, tier: Tier, text: str, seq: int) -> Posted:
+        """Post the message; or, for a persona that nods with emoji, react to the message it answers."""
+        platform = self.runtime.platform
+        if tier is Tier.AIZUCHI and self.persona.react_with_emoji and is_emoji(text):
+            others = (m for m in reversed(self.window) if m.author_id != self.persona.id)
+            target = next((m.platform_message_id for m in others if m.platform_message_id), None)
+            if target is not None and await platform.react(self.channel_id, target, text):
+                return Posted(f"reaction-{target}-{seq}")
+        return await platform.post(self.channel_id, text)
 
     async def _release(self, claim_id: str) -> None:
         self._held = None

@@ -12,12 +12,16 @@ __all__ = ("BotsSettings",)
 
 
 class BotsSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="AIZUCHI_", env_file=".env", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix="AIZUCHI_", env_file=".env", env_ignore_empty=True, extra="ignore", frozen=True
+    )
 
     arbiter_url: str = Field("http://127.0.0.1:8340", description="where the arbiter's HTTP API listens")
     personas_dir: Path = Field(Path("personas"), description="directory of persona files")
     personas: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, description="persona ids to run, comma-separated; empty runs every persona file"
+        default_factory=lambda: ["rin", "theo", "juno"],
+        description="persona ids to run, comma-separated (the default is the English trio; hana,mio,sora speak "
+        "Japanese; * runs every persona file)",
     )
     profiles_file: Path = Field(Path("profiles.toml"), description="provider profiles; built-ins if missing")
     profile: str | None = Field(None, description="run every persona on this profile instead of its own")
@@ -33,6 +37,8 @@ class BotsSettings(BaseSettings):
     @classmethod
     def _split(cls, value: object) -> object:
         if isinstance(value, str):
+            if value.strip() == "*":
+                return []  # every persona file
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 

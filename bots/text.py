@@ -12,7 +12,7 @@ from arbiter.contract import trim_to_length
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ("clean_reply", "has_mention", "neutralize_mentions", "repeats")
+__all__ = ("clean_reply", "has_mention", "is_emoji", "neutralize_mentions", "repeats")
 
 # Discord's mention syntax: users <@123> / <@!123>, roles <@&123>, and the mass pings.
 _MENTION_TOKENS = re.compile(r"<@[!&]?\d+>")
@@ -68,3 +68,17 @@ def repeats(text: str, earlier: Iterable[str]) -> bool:
         if min(len(normal), len(other_normal)) >= 12 and SequenceMatcher(None, normal, other_normal).ratio() > 0.85:
             return True
     return False
+
+
+# Joiners, variation selectors and skin tones that glue emoji sequences together.
+_EMOJI_GLUE = {"\u200d", "\ufe0f", "\ufe0e", *(chr(code) for code in range(0x1F3FB, 0x1F400))}
+
+
+def is_emoji(text: str) -> bool:
+    """Whether ``text`` is only emoji (what a platform can show as a reaction)."""
+    stripped = text.strip()
+    return (
+        bool(stripped)
+        and all(char in _EMOJI_GLUE or unicodedata.category(char) == "So" for char in stripped)
+        and any(unicodedata.category(char) == "So" for char in stripped)
+    )

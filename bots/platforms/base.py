@@ -25,6 +25,7 @@ class Platform(abc.ABC):
     """One persona's presence on a platform. Implementations must never let a message ping anyone."""
 
     name: str = "platform"
+    user_id: str | None = None  # the persona's own account here, once known (a Discord user id)
 
     @abc.abstractmethod
     async def post(self, channel_id: str, text: str) -> Posted:

@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.support.fleet import live_arbiter
+from tests.support.llm_server import FakeLLMServer
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from tests.support.fleet import Live
+
+CHANNEL = "lounge"
+
+
+@pytest.fixture
+async def live(sqlite_url: str) -> AsyncIterator[Live]:
+    """The arbiter served on a real localhost port, with a fast channel ``CHANNEL``; runtimes closed at the end."""
+    async with live_arbiter(sqlite_url) as served:
+        await served.channel(CHANNEL)
+        yield served
+
+
+@pytest.fixture
+async def fake_llm() -> AsyncIterator[FakeLLMServer]:
+    """A server speaking the Anthropic and OpenAI wire formats; every request must have been scripted."""
+    async with FakeLLMServer() as server:
+        yield server
+        assert server.unscripted == 0, "a request arrived that the test did not script a reply for"

@@ -1,0 +1,388 @@
+"""The planner: whether to take a turn and which tier to claim, before any LLM call. Pure, so plain tables.
+
+Chance enters through the ``rng`` argument. The tables roll extreme dice - 0.0 (anything possible happens) and
+0.999 (only the certain happens) - so they pin down what the planner may and may not do, not its tuning.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from arbiter.contract import (
+    AuthorKind,
+    ClaimView,
+    MessageView,
+    PersonaView,
+    RefundView,
+    SpendState,
+    StatusView,
+    Tier,
+    TierView,
+)
+from bots.planner import Plan, anchor, blocked, plan_turn, wait_for
+from tests.support.fleet import make_persona
+
+NOW = 1_785_000_000.0
+ME = "aoi"
+
+
+class Dice(random.Random):
+    """Rolls the given numbers in order; rolling more than the test provided is an error."""
+
+    def __init__(self, *rolls: float) -> None:
+        super().__init__(0)
+        self.rolls = list(rolls)
+
+    def random(self) -> float:
+        assert self.rolls, "the planner rolled more dice than the test expected"
+        return self.rolls.pop(0)
+
+
+def status(
+    *,
+    level: int = 100,
+    costs: tuple[int, int, int] = (5, 60, 80),
+    refunds: tuple[tuple[float, int], ...] = (),
+    priority: tuple[str, ...] = (),
+    bot_streak: int = 0,
+    idle_cap: int = 12,
+    paused: bool = False,
+    enabled: bool = True,
+    you: PersonaView | None = None,
+    tokens_today: int = 0,
+    budget: int | None = None,
+    claim: ClaimView | None = None,
+    claims_held: dict[Tier, int] | None = None,
+) -> StatusView:
+    tiers = {
+        tier: TierView(cost=cost, max_length=length, recovery_s=5.0, affordable=cost <= level)
+        for tier, cost, length in zip(Tier, costs, (24, 120, 240), strict=True)
+    }
+    return StatusView(
+        channel_id="lounge",
+        now=NOW,
+        level=level,
+        capacity=100,
+        enabled=enabled,
+        paused=paused,
+        topic="",
+        tiers=tiers,
+        refunds=[RefundView(at=NOW + delay, amount=amount) for delay, amount in refunds],
+        bot_streak=bot_streak,
+        idle_cap=idle_cap,
+        priority=list(priority),
+        tokens_today=tokens_today,
+        daily_token_budget=budget,
+        last_seq=100,
+        claims_held=claims_held or {},
+        you=you or PersonaView(enabled=True, muted=False),
+        claim=claim,
+    )
+
+
+@dataclass
+class Line:
+    """A message in the window, in shorthand: who said it, and in which tier (None: a human)."""
+
+    author: str
+    tier: Tier | None = None
+    seq: int = 0
+    addressed: list[str] = field(default_factory=list)
+
+    def view(self, seq: int) -> MessageView:
+        human = self.tier is None
+        return MessageView(
+            seq=self.seq or seq,
+            author_id=self.author,
+            author_kind=AuthorKind.HUMAN if human else AuthorKind.PERSONA,
+            author_name=self.author.title(),
+            text=f"message {seq} from {self.author}",
+            at=NOW - 100 + seq,
+            tier=self.tier,
+            addressed=self.addressed,
+        )
+
+
+def window(*lines: Line) -> list[MessageView]:
+    return [line.view(index) for index, line in enumerate(lines, start=1)]
+
+
+HUMAN = Line("yui")
+NOD = Tier.AIZUCHI
+REMARK = Tier.REMARK
+LONG = Tier.LONG
+
+
+def persona(**traits: Any) -> Any:
+    return make_persona(ME, **traits)
+
+
+# --- blocked: no claim whatever the persona would say --------------------------------------------------------
+
+BLOCKS = [
+    pytest.param({"enabled": False}, "not enabled", id="channel-not-enabled"),
+    pytest.param({"you": PersonaView(enabled=False, muted=False)}, "not enabled", id="persona-not-enabled"),
+    pytest.param({"you": PersonaView(enabled=True, muted=True)}, "muted", id="muted"),
+    pytest.param({"paused": True}, "paused", id="paused"),
+    pytest.param({"bot_streak": 12, "idle_cap": 12}, "idle cap", id="idle-cap"),
+    pytest.param({"tokens_today": 1000, "budget": 1000}, "budget", id="budget-spent"),
+]
+
+
+@pytest.mark.parametrize(("conditions", "reason"), BLOCKS)
+def test_a_blocked_channel_or_persona_plans_no_claim_even_when_addressed(
+    conditions: dict[str, Any], reason: str
+) -> None:
+    seen = status(priority=(ME,), **conditions)
+
+    plan = plan_turn(persona(), seen, window(HUMAN), Dice())  # no dice: it decides before any chance
+
+    assert plan == Plan(None, why=plan.why)
+    assert plan.final
+    assert reason in plan.why
+    assert blocked(seen) is not None and reason in (blocked(seen) or "")
+
+
+@pytest.mark.parametrize(
+    "conditions",
+    [
+        pytest.param({}, id="defaults"),
+        pytest.param({"bot_streak": 11, "idle_cap": 12}, id="one-below-the-idle-cap"),
+        pytest.param({"tokens_today": 999, "budget": 1000}, id="budget-not-yet-spent"),
+        pytest.param({"tokens_today": 10**9}, id="no-budget"),
+        pytest.param({"you": None}, id="status-without-the-caller"),
+    ],
+)
+def test_nothing_blocks_an_ordinary_channel(conditions: dict[str, Any]) -> None:
+    assert blocked(status(**conditions)) is None
+
+
+# --- when there is nothing to answer -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("seen", "lines"),
+    [
+        pytest.param(status(priority=(ME,)), (), id="empty-window"),
+        pytest.param(status(), (HUMAN, Line(ME, REMARK)), id="its-own-message-is-the-newest"),
+        pytest.param(
+            status(
+                priority=(ME,), claim=ClaimView(claim_id="c1", persona=ME, tier=REMARK, cost=60, state=SpendState.HELD)
+            ),
+            (HUMAN,),
+            id="already-holding-a-claim",
+        ),
+    ],
+)
+def test_no_claim_when_there_is_nothing_new_or_a_claim_is_already_held(
+    seen: StatusView, lines: tuple[Line, ...]
+) -> None:
+    plan = plan_turn(persona(talkativeness=1.0), seen, window(*lines), Dice())
+
+    assert plan.tier is None and plan.final
+
+
+def test_asked_while_it_was_writing_it_answers_although_its_own_message_is_the_newest() -> None:
+    # The question arrived while its earlier reply was being written; that reply does not answer it.
+    plan = plan_turn(persona(openness=0.0), status(priority=(ME,)), window(HUMAN, Line(ME, REMARK)), Dice(0.999))
+
+    assert plan.tier is REMARK
+
+
+# --- the table: who wants what, and what the pool allows -----------------------------------------------------
+
+CASES = [
+    # (id, persona traits, status seen, window, dice rolled in order, tier claimed)
+    (
+        "addressed-answers-with-a-remark-whatever-the-dice",
+        {"openness": 0.0},
+        status(priority=(ME,)),
+        (Line("yui", addressed=[ME]),),
+        (0.999,),
+        REMARK,
+    ),
+    (
+        "addressed-open-persona-may-answer-at-length",
+        {"openness": 1.0},
+        status(priority=(ME,)),
+        (Line("yui", addressed=[ME]),),
+        (0.0,),
+        LONG,
+    ),
+    (
+        "a-human-speaks-a-talkative-persona-may-reply",
+        {"talkativeness": 1.0, "openness": 0.0},
+        status(),
+        (HUMAN,),
+        (0.0, 0.999),
+        REMARK,
+    ),
+    (
+        "a-human-speaks-the-persona-may-stay-quiet",
+        {"talkativeness": 1.0, "agreeableness": 1.0},
+        status(),
+        (HUMAN,),
+        (0.999,),
+        None,
+    ),
+    (
+        "a-dominating-persona-only-nods-to-a-human",
+        {"talkativeness": 1.0, "agreeableness": 1.0},
+        status(),
+        (HUMAN, Line(ME, REMARK), HUMAN, Line(ME, REMARK), HUMAN),
+        (0.0,),
+        NOD,
+    ),
+    (
+        "never-answers-its-own-thread-nor-nods-to-a-nod",
+        {"talkativeness": 1.0, "agreeableness": 1.0},
+        status(),
+        (HUMAN, Line(ME, REMARK), Line("ben", NOD)),
+        (0.0,),
+        None,
+    ),
+    (
+        "two-nods-on-their-way-are-acknowledgement-enough",
+        {"talkativeness": 1.0, "agreeableness": 1.0},
+        status(claims_held={Tier.AIZUCHI: 2}),
+        (HUMAN, Line(ME, REMARK), HUMAN, Line(ME, REMARK), HUMAN),
+        (0.0,),
+        None,
+    ),
+    (
+        "someone-else-was-addressed-so-it-only-nods",
+        {"talkativeness": 1.0, "openness": 0.0},
+        status(priority=("ben",)),
+        (Line("yui", addressed=["ben"]),),
+        (0.0, 0.999),
+        NOD,
+    ),
+    (
+        "someone-else-was-addressed-and-nods-are-already-coming",
+        {"talkativeness": 1.0, "openness": 0.0},
+        status(priority=("ben",), claims_held={Tier.AIZUCHI: 2}),
+        (Line("yui", addressed=["ben"]),),
+        (0.0, 0.999),
+        None,
+    ),
+    (
+        "a-long-remark-too-dear-a-remark-will-do",
+        {"talkativeness": 1.0, "openness": 1.0},
+        status(level=70, refunds=((1.0, 30),)),
+        (HUMAN,),
+        (0.0, 0.0),
+        REMARK,
+    ),
+    (
+        "an-agreeable-persona-nods-while-the-pool-refills",
+        {"talkativeness": 1.0, "openness": 0.0, "agreeableness": 1.0},
+        status(level=40, refunds=((2.0, 60),)),
+        (HUMAN,),
+        (0.0, 0.999, 0.0),
+        NOD,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("traits", "seen", "lines", "dice", "tier"),
+    [pytest.param(*case[1:], id=case[0]) for case in CASES],
+)
+def test_the_tier_a_persona_claims(
+    traits: dict[str, float], seen: StatusView, lines: tuple[Line, ...], dice: tuple[float, ...], tier: Tier | None
+) -> None:
+    plan = plan_turn(persona(**traits), seen, window(*lines), Dice(*dice))
+
+    assert plan.tier is tier, plan
+    if tier is not None:
+        assert seen.tiers[tier].affordable  # it never plans a claim the pool cannot pay
+
+
+def test_a_persona_that_cannot_afford_what_it_wants_waits_for_the_refund_that_allows_it() -> None:
+    seen = status(level=40, refunds=((0.5, 5), (2.0, 60)))  # 45 in half a second, 105 in two
+
+    plan = plan_turn(persona(talkativeness=1.0, openness=0.0), seen, window(HUMAN), Dice(0.0, 0.999, 0.999))
+
+    assert (plan.tier, plan.wanted) == (None, REMARK)
+    assert plan.retry_after == pytest.approx(2.0)
+    assert not plan.final
+
+
+def test_an_addressed_persona_waits_for_the_pool_rather_than_just_nodding() -> None:
+    seen = status(level=40, priority=(ME,), refunds=((1.5, 60),))
+
+    plan = plan_turn(persona(agreeableness=1.0), seen, window(Line("yui", addressed=[ME])), Dice(0.999))
+
+    assert (plan.tier, plan.wanted) == (None, REMARK)
+    assert plan.retry_after == pytest.approx(1.5)
+
+
+def test_a_quiet_choice_is_marked_so_the_persona_may_look_again() -> None:
+    plan = plan_turn(persona(talkativeness=0.0, agreeableness=0.0), status(), window(HUMAN), Dice(0.999))
+
+    assert plan.tier is None and plan.quiet and plan.final
+
+
+def test_an_intent_is_followed_through_without_new_dice() -> None:
+    # A persona that waited for the pool to afford a remark claims it once it can, not deciding afresh.
+    plan = plan_turn(persona(talkativeness=0.0), status(), window(HUMAN), Dice(), intent=REMARK)
+
+    assert plan.tier is REMARK
+
+
+def test_talkative_personas_claim_more_often_than_reserved_ones() -> None:
+    def claims(talkativeness: float) -> int:
+        rng = random.Random(7)
+        traits = {"talkativeness": talkativeness, "agreeableness": 0.0}
+        return sum(plan_turn(persona(**traits), status(), window(HUMAN), rng).tier is not None for _ in range(1000))
+
+    quiet, talkative = claims(0.0), claims(1.0)
+    assert 0 < quiet < talkative < 1000
+
+
+def test_bots_talk_less_the_longer_no_human_speaks() -> None:
+    def speaks(bot_streak: int) -> int:
+        rng = random.Random(11)
+        seen = status(bot_streak=bot_streak, idle_cap=10)
+        lines = window(HUMAN, Line("ben", REMARK))
+        return sum(plan_turn(persona(agreeableness=0.0), seen, lines, rng).tier is not None for _ in range(1000))
+
+    assert speaks(0) > speaks(5) > speaks(9)
+
+
+# --- wait_for and anchor -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("level", "refunds", "cost", "wait"),
+    [
+        pytest.param(60, (), 60, 0.0, id="affordable-now"),
+        pytest.param(40, ((1.0, 10), (3.0, 20)), 60, 3.0, id="refunds-add-up"),
+        pytest.param(40, ((1.0, 30),), 60, 1.0, id="the-first-refund-is-enough"),
+        pytest.param(40, ((1.0, 10),), 60, None, id="not-enough-refunds"),
+        pytest.param(0, ((-1.0, 100),), 60, 0.0, id="a-refund-already-due"),
+    ],
+)
+def test_wait_for_is_the_time_until_the_listed_refunds_cover_the_cost(
+    level: int, refunds: tuple[tuple[float, int], ...], cost: int, wait: float | None
+) -> None:
+    result = wait_for(status(level=level, refunds=refunds), cost)
+
+    assert result == (None if wait is None else pytest.approx(wait))
+
+
+@pytest.mark.parametrize(
+    ("lines", "anchored"),
+    [
+        pytest.param((HUMAN, Line("ben", NOD), Line("cho", NOD)), 1, id="nods-do-not-move-the-thread"),
+        pytest.param((HUMAN, Line("ben", REMARK), Line("cho", NOD)), 2, id="a-remark-does"),
+        pytest.param((HUMAN, Line("ben", LONG)), 2, id="a-long-remark-does"),
+        pytest.param((Line("ben", NOD), Line("cho", NOD)), 2, id="only-nods-the-newest"),
+    ],
+)
+def test_anchor_is_the_newest_human_message_or_remark(lines: tuple[Line, ...], anchored: int) -> None:
+    assert anchor(window(*lines)).seq == anchored

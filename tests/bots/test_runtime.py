@@ -1,0 +1,634 @@
+"""The persona runtime against a real arbiter (in process, SQLite, served on a localhost port) and the in-memory
+platform: the loop of the issue - wait, look, claim, one LLM call, speak or release, post - and its guarantees.
+
+Providers are real: the scripted one, or the OpenAI SDK adapter on the fake wire-format server when a test needs
+the model to say something exact. Time is real but short (see tests.support.fleet.FAST); every wait polls a
+condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from arbiter.contract import AuthorKind, Tier, display_length
+from bots.llm import LLMUnavailable, ScriptedProvider, create_provider
+from tests.bots.conftest import CHANNEL
+from tests.support.fleet import FAST, RecordingProvider, eventually, make_persona, mentions_in
+from tests.support.llm_server import FAKE_KEY, FAKE_KEY_ENV, decision_reply, fake_profile
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from arbiter.contract import MessageView
+    from bots.persona import Persona
+    from bots.runtime import PersonaRuntime
+    from tests.support.fleet import Live
+    from tests.support.llm_server import FakeLLMServer, Reply
+
+
+def scripted(persona: Persona, *, seed: int = 1) -> RecordingProvider:
+    return RecordingProvider(ScriptedProvider(persona.samples.aizuchi, persona.samples.remarks, seed=seed))
+
+
+def on_fake(server: FakeLLMServer) -> RecordingProvider:
+    """The real OpenAI SDK adapter, pointed at the fake server: the test scripts exactly what the model says."""
+    return RecordingProvider(create_provider(fake_profile(server, "openai", max_retries=0), {FAKE_KEY_ENV: FAKE_KEY}))
+
+
+def says(tier: str, text: str) -> Reply:
+    return decision_reply("tools", {"action": tier, "text": text})
+
+
+def persona_lines(history: list[MessageView]) -> list[MessageView]:
+    return [m for m in history if m.author_kind is AuthorKind.PERSONA]
+
+
+async def claim_of(live: Live, persona_id: str) -> object:
+    return (await live.status(CHANNEL, persona_id)).claim
+
+
+async def spoken_after(live: Live, seq: int, persona_id: str | None = None) -> bool:
+    return any(m.seq > seq and persona_id in (None, m.author_id) for m in persona_lines(await live.history(CHANNEL)))
+
+
+async def pool_full(live: Live) -> bool:
+    status = await live.status(CHANNEL)
+    return status.level == status.capacity
+
+
+# --- one turn ---------------------------------------------------------------------------------------------
+
+
+async def test_an_addressed_persona_looks_claims_generates_speaks_and_posts(live: Live) -> None:
+    aoi = make_persona("aoi")
+    provider = scripted(aoi)
+    runtime = await live.start(aoi, provider, CHANNEL)
+
+    asked = await live.say(CHANNEL, "Aoi, what should we cook tonight?")
+    await eventually(lambda: live.room.posts, what="a post")
+
+    [post] = live.room.posts
+    history = await live.history(CHANNEL)
+    reply = history[-1]
+    assert (reply.author_id, reply.text, reply.seq) == ("aoi", post.text, asked + 1)
+    assert reply.tier is Tier.REMARK  # addressed: it claimed a remark, and the scripted model used it
+    await eventually(lambda: _linked(live, reply.seq, post.platform_message_id), what="the platform id linked")
+    # The order of the issue: status, claim, (one LLM call), its usage, speak, then the post's platform id.
+    calls = [call for call in live.log.of("aoi") if call != ("GET", "events")]
+    assert calls[-5:] == [
+        ("GET", "status"),
+        ("POST", "claims"),
+        ("POST", "usage"),
+        ("POST", "claims/speak"),
+        ("PUT", "messages/platform-id"),
+    ]
+    assert provider.calls == runtime.stats.llm_requests == 1
+    assert ("aoi", CHANNEL) in live.room.typing  # it showed it was typing while it generated
+    assert await claim_of(live, "aoi") is None
+    await eventually(lambda: pool_full(live), what="the remark refunded after its recovery")
+
+
+async def _linked(live: Live, seq: int, platform_id: str) -> bool:
+    history = await live.history(CHANNEL)
+    return any(m.seq == seq and m.platform_message_id == platform_id for m in history)
+
+
+async def test_token_usage_of_each_call_is_reported_to_the_arbiter(live: Live) -> None:
+    aoi = make_persona("aoi")
+    runtime = await live.start(aoi, scripted(aoi), CHANNEL)
+
+    await live.say(CHANNEL, "Aoi, tell me about your weekend.")
+    await eventually(lambda: live.room.posts, what="a post")
+    stats = runtime.stats
+
+    async def reported() -> bool:
+        return (await live.status(CHANNEL)).tokens_today == stats.prompt_tokens + stats.completion_tokens
+
+    assert stats.prompt_tokens > 0
+    await eventually(reported, what="tokens_today matches what the provider counted")
+
+
+async def test_a_pass_releases_the_claim_and_posts_nothing(fake_llm: FakeLLMServer, live: Live) -> None:
+    fake_llm.script(says("pass", ""))
+    aoi = make_persona("aoi")
+    runtime = await live.start(aoi, on_fake(fake_llm), CHANNEL)
+
+    await live.say(CHANNEL, "Aoi, anything to add?")
+    await eventually(lambda: runtime.stats.looks >= 1, what="a look")
+
+    assert runtime.stats.passes == 1
+    assert live.room.posts == []
+    assert persona_lines(await live.history(CHANNEL)) == []
+    assert await claim_of(live, "aoi") is None
+    assert await pool_full(live)  # a release refunds at once
+
+
+async def test_the_model_is_offered_what_the_claim_covers_with_the_channels_lengths(
+    fake_llm: FakeLLMServer, live: Live
+) -> None:
+    await live.service.update_settings(CHANNEL, {"tiers": {"remark": {"max_length": 90}}})
+    fake_llm.script(says("remark", "Mm, ramen it is."))
+    provider = on_fake(fake_llm)
+    await live.start(make_persona("aoi"), provider, CHANNEL)
+
+    await live.say(CHANNEL, "Aoi, ramen tonight?")
+    await eventually(lambda: live.room.posts, what="the reply")
+
+    [request] = provider.decisions
+    # Addressed, it claimed a remark: it may answer or pass (a mere nod would not answer the question).
+    assert request.actions == ("pass", "remark")
+    assert dict(request.max_lengths) == {"remark": 90}  # the channel's length, from the arbiter
+    assert "at most 90 characters" in request.system
+    reply = persona_lines(await live.history(CHANNEL))[-1]
+    assert (reply.tier, reply.cost, reply.text) == (Tier.REMARK, 60, "Mm, ramen it is.")
+
+
+async def test_the_wait_before_looking_is_jittered_and_shorter_for_eager_personas(live: Live) -> None:
+    # What each worker asks to wait before it looks, through the runtime's injectable sleep. The channel is
+    # paused so nobody speaks: every wait is a reaction to the test's own messages.
+    await live.service.update_settings(CHANNEL, {"paused": True})
+    waits: dict[str, list[float]] = {"aoi": [], "ben": []}
+
+    def recording(into: list[float]) -> Callable[[float], Awaitable[None]]:
+        async def sleep(seconds: float) -> None:
+            into.append(seconds)
+            await asyncio.sleep(seconds)
+
+        return sleep
+
+    eager = make_persona("aoi", talkativeness=1.0, extraversion=1.0)
+    shy = make_persona("ben", talkativeness=0.0, extraversion=0.0)
+    runtimes = [
+        await live.start(eager, scripted(eager), CHANNEL, sleep=recording(waits["aoi"]), seed=3),
+        await live.start(shy, scripted(shy), CHANNEL, sleep=recording(waits["ben"]), seed=4),
+    ]
+    for count in range(1, 7):
+        await live.say(CHANNEL, f"Message number {count}.")
+        await eventually(lambda: all(r.stats.looks >= count for r in runtimes), what=f"look {count}")  # noqa: B023
+
+    base = FAST.base_delay_s
+    # delay = base * (1.5 - mean(talkativeness, extraversion)) * uniform(0.6, 1.4)
+    assert all(0.3 * base <= wait <= 0.7 * base for wait in waits["aoi"]), waits["aoi"]
+    assert all(0.9 * base <= wait <= 2.1 * base for wait in waits["ben"]), waits["ben"]
+    assert len(set(waits["aoi"])) > 1 and len(set(waits["ben"])) > 1  # jittered, not a fixed beat
+
+    await live.say(CHANNEL, "Ben, a question for you.")
+    await eventually(lambda: runtimes[1].stats.looks >= 7, what="ben looks at the question")
+    assert waits["ben"][-1] == pytest.approx(0.2 * base)  # addressed: it answers promptly, however shy
+
+
+# --- the status check before any claim ---------------------------------------------------------------------
+
+
+async def _paused(live: Live) -> None:
+    await live.service.update_settings(CHANNEL, {"paused": True})
+
+
+async def _muted(live: Live) -> None:
+    await live.service.set_persona(CHANNEL, "aoi", muted=True)
+
+
+async def _persona_not_enabled(live: Live) -> None:
+    await live.service.set_persona(CHANNEL, "aoi", enabled=False)
+
+
+async def _channel_not_enabled(live: Live) -> None:
+    await live.service.update_settings(CHANNEL, {"enabled": False})
+
+
+async def _budget_spent(live: Live) -> None:
+    await live.service.update_settings(CHANNEL, {"daily_token_budget": 100})
+    await live.service.report_usage(CHANNEL, "probe", 90, 10)
+
+
+async def _nothing_affordable(live: Live) -> None:
+    # An aizuchi dearer than what is left once another persona holds a long claim: not even a nod is affordable.
+    await live.service.update_settings(CHANNEL, {"tiers": {"aizuchi": {"cost": 30}}})
+    held = await live.service.claim(CHANNEL, "probe", Tier.LONG)
+    assert held.granted and held.level == 20
+
+
+async def _nothing_in_the_way(live: Live) -> None:
+    pass
+
+
+@pytest.mark.parametrize(
+    ("block", "speaks"),
+    [
+        pytest.param(_paused, False, id="paused"),
+        pytest.param(_muted, False, id="muted"),
+        pytest.param(_persona_not_enabled, False, id="persona-not-enabled"),
+        pytest.param(_channel_not_enabled, False, id="channel-not-enabled"),
+        pytest.param(_budget_spent, False, id="budget-spent"),
+        pytest.param(_nothing_affordable, False, id="nothing-affordable"),
+        pytest.param(_nothing_in_the_way, True, id="control-nothing-in-the-way"),
+    ],
+)
+async def test_a_blocked_persona_checks_status_and_makes_no_claim_and_no_llm_call(
+    live: Live, block: Callable[[Live], Awaitable[None]], speaks: bool
+) -> None:
+    aoi = make_persona("aoi")
+    provider = scripted(aoi)
+    runtime = await live.start(aoi, provider, CHANNEL)
+    await block(live)
+
+    await live.say(CHANNEL, "Aoi, what do you think?")  # addressed: unblocked, it would certainly claim
+    await eventually(lambda: runtime.stats.looks >= 1, what="a look")
+
+    calls = [call for call in live.log.of("aoi") if call != ("GET", "events")]
+    assert calls.count(("GET", "status")) >= 2  # one on joining, one for the turn
+    assert (("POST", "claims") in calls) is speaks
+    assert (runtime.stats.claims, provider.calls) == ((1, 1) if speaks else (0, 0))
+    if speaks:
+        await eventually(lambda: live.room.posts, what="the control case speaks")
+    else:
+        assert live.room.posts == []
+
+
+async def test_at_the_idle_cap_a_persona_makes_no_claim_until_a_human_speaks(live: Live) -> None:
+    await live.service.update_settings(CHANNEL, {"idle_cap": 1})
+    aoi = make_persona("aoi", talkativeness=1.0, agreeableness=1.0)
+    provider = scripted(aoi)
+    runtime = await live.start(aoi, provider, CHANNEL)
+
+    # Another bot's message takes the bots' turns to the cap of 1.
+    await live.say(CHANNEL, "Beep. Aoi, the build is green.", author="ci-bot", bot=True)
+    await eventually(lambda: runtime.stats.looks >= 1, what="a look")
+    assert (runtime.stats.claims, provider.calls, live.room.posts) == (0, 0, [])
+
+    await live.say(CHANNEL, "Aoi, nice - shall we ship it?")  # a human resets the count
+    await eventually(lambda: live.room.posts, what="it speaks again")
+    assert provider.calls == 1
+
+
+async def test_a_persona_waiting_for_the_pool_speaks_as_soon_as_another_claim_is_given_back(live: Live) -> None:
+    aoi = make_persona("aoi")
+    provider = scripted(aoi)
+    runtime = await live.start(aoi, provider, CHANNEL)
+    held = await live.service.claim(CHANNEL, "probe", Tier.REMARK)  # 40 left: a remark is not affordable
+    assert held.claim is not None
+
+    await live.say(CHANNEL, "Aoi, hello?")
+    await eventually(lambda: runtime.stats.looks >= 1, what="aoi looks, and waits for the pool")
+    assert provider.calls == 0
+    await live.service.release(CHANNEL, "probe", held.claim.claim_id)  # the other persona passes
+
+    # Not when the other claim would have lapsed (10 s here, 30 s by default): as soon as the pool refills.
+    await eventually(lambda: live.room.posts, within=2.0, what="aoi answers once the pool refills")
+
+
+# --- a claim is always spoken or released ----------------------------------------------------------------
+
+
+async def test_a_provider_that_raises_leaves_no_claim_and_the_persona_carries_on(live: Live) -> None:
+    aoi = make_persona("aoi")
+    provider = scripted(aoi)
+    provider.fail_next(RuntimeError("a bug in some provider"))
+    runtime = await live.start(aoi, provider, CHANNEL)
+
+    await live.say(CHANNEL, "Aoi, say something?")
+    await eventually(lambda: runtime.stats.looks >= 1, what="the failed turn")
+    assert await claim_of(live, "aoi") is None
+    assert await pool_full(live)
+    assert live.room.posts == []
+
+    await live.say(CHANNEL, "Aoi, try again?")
+    await eventually(lambda: live.room.posts, what="the next turn works")
+
+
+async def test_provider_errors_back_off_and_skip_the_turn(live: Live) -> None:
+    aoi = make_persona("aoi")
+    provider = scripted(aoi)
+    provider.fail_next(LLMUnavailable("503 from the provider", status=503))
+    runtime = await live.start(aoi, provider, CHANNEL)
+
+    loop = asyncio.get_running_loop()
+    asked_at = loop.time()  # the failure, and so the back-off, starts after this
+    await live.say(CHANNEL, "Aoi, are you there?")
+    await eventually(lambda: runtime.stats.looks >= 1, what="the failed turn")
+    assert runtime.stats.provider_errors == 1
+    assert await claim_of(live, "aoi") is None
+    assert live.room.posts == []
+
+    # A message during the back-off is not answered at once (that takes a few hundredths of a second here),
+    # but once the back-off has passed.
+    await live.say(CHANNEL, "Aoi, still there?")
+    await eventually(lambda: live.room.posts, what="the persona answers after the back-off")
+    assert loop.time() - asked_at >= FAST.backoff_s
+    assert provider.calls == 2
+
+
+async def test_a_failed_post_is_retracted_and_refunded(live: Live) -> None:
+    live.room.fail_post = lambda _persona, _channel, _text: True
+    aoi = make_persona("aoi")
+    runtime = await live.start(aoi, scripted(aoi), CHANNEL)
+
+    await live.say(CHANNEL, "Aoi, anything?")
+    await eventually(lambda: runtime.stats.looks >= 1, what="the turn")
+
+    assert live.room.posts == []
+    assert persona_lines(await live.history(CHANNEL)) == []  # granted, then retracted: not in the history
+    assert runtime.stats.wasted == 1
+    assert await claim_of(live, "aoi") is None
+    assert await pool_full(live)  # a retraction refunds at once
+
+
+async def test_closing_the_runtime_mid_generation_releases_the_claim(live: Live) -> None:
+    aoi = make_persona("aoi")
+    provider = scripted(aoi)
+    provider.hold()
+    runtime = await live.start(aoi, provider, CHANNEL)
+
+    await live.say(CHANNEL, "Aoi, a long question for you...")
+    await eventually(lambda: provider.waiting == 1, what="generation started")
+    assert await claim_of(live, "aoi") is not None
+
+    await runtime.close()
+
+    assert await claim_of(live, "aoi") is None
+    assert await pool_full(live)
+    assert live.room.posts == []
+    assert persona_lines(await live.history(CHANNEL)) == []
+
+
+# --- coalescing --------------------------------------------------------------------------------------------
+
+
+async def test_messages_during_a_generation_make_exactly_one_more_look_that_answers_the_newest(live: Live) -> None:
+    # Very talkative: once it has looked again, whether it answers a plain human question is all but certain.
+    aoi = make_persona("aoi", talkativeness=1.0)
+    provider = scripted(aoi)
+    provider.hold()
+    runtime = await live.start(aoi, provider, CHANNEL)
+    worker = runtime.join(CHANNEL)
+
+    await live.say(CHANNEL, "Aoi, where should we travel this summer?")
+    await eventually(lambda: provider.waiting == 1, what="generation started")
+    await live.say(CHANNEL, "Somewhere with mountains, maybe.")
+    await live.say(CHANNEL, "Or the sea. I cannot decide.")
+    newest = await live.say(CHANNEL, "Aoi, which one would you pick?")
+    await eventually(lambda: worker.last_seq == newest, what="the runtime heard all three")
+    provider.open()
+
+    await eventually(lambda: spoken_after(live, newest), what="the answer")
+    await live.settled(CHANNEL)
+    assert provider.calls == 2  # one more look for three messages, not three
+    last_prompt = provider.decisions[-1].turns[-1].text
+    assert "Aoi, which one would you pick?" in last_prompt
+    assert last_prompt.index("Somewhere with mountains") < last_prompt.index("which one would you pick")
+    reply = persona_lines(await live.history(CHANNEL))[-1]
+    assert reply.seq > newest
+    assert await claim_of(live, "aoi") is None
+
+
+# --- what reaches the platform -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("language", "text"),
+    [
+        pytest.param("en", "Honestly I think we should go to the mountains first and the sea after that.", id="en"),
+        pytest.param("ja", "山に行くのが一番だと思うけど、海もいいよね。どっちも行けたら最高じゃない?", id="ja"),
+    ],
+)
+async def test_a_reply_longer_than_its_tier_is_trimmed_to_the_tier(
+    fake_llm: FakeLLMServer, live: Live, language: str, text: str
+) -> None:
+    await live.service.update_settings(CHANNEL, {"tiers": {"remark": {"max_length": 40}}})
+    fake_llm.script(says("remark", text))
+    aoi = make_persona("aoi", language=language)
+    await live.start(aoi, on_fake(fake_llm), CHANNEL)
+
+    await live.say(CHANNEL, "Aoi, mountains or the sea?")
+    await eventually(lambda: live.room.posts, what="the trimmed reply")
+
+    [post] = live.room.posts
+    assert display_length(post.text) <= 40  # display columns: a Japanese character counts two
+    assert display_length(post.text) >= 30  # cut near the limit, not emptied
+    assert text.startswith(post.text.rstrip("…").rstrip())
+    assert persona_lines(await live.history(CHANNEL))[-1].text == post.text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "@everyone look at this, the bakery is open again!",
+        "Hey <@123456789>, what do you think about the bakery?",
+        "Ask <@!123456789> and <@&456> about the bakery hours.",
+        "@here the bakery is open, @everyone come along!",
+        "Sneaky bakery news: @@everyone and <@<@1>2> should not ping anyone.",
+    ],
+)
+async def test_no_mention_ever_reaches_the_platform(fake_llm: FakeLLMServer, live: Live, text: str) -> None:
+    fake_llm.script(says("remark", text))
+    aoi = make_persona("aoi")
+    await live.start(aoi, on_fake(fake_llm), CHANNEL)
+
+    await live.say(CHANNEL, "Aoi, any news?")
+    await eventually(lambda: live.room.posts, what="a post")
+
+    [post] = live.room.posts
+    assert not mentions_in(post.text), post.text
+    assert "bakery" in post.text  # the rest of the words survive
+    assert not any(mentions_in(m.text) for m in persona_lines(await live.history(CHANNEL)))
+
+
+async def test_a_reply_that_echoes_the_last_message_is_not_posted(fake_llm: FakeLLMServer, live: Live) -> None:
+    fake_llm.script(says("remark", "I love fresh bread in the morning!"))
+    aoi = make_persona("aoi")
+    runtime = await live.start(aoi, on_fake(fake_llm), CHANNEL)
+
+    await live.say(CHANNEL, "Aoi: I love fresh bread in the morning.")
+    await eventually(lambda: runtime.stats.looks >= 1, what="the turn")
+
+    assert live.room.posts == []
+    assert persona_lines(await live.history(CHANNEL)) == []
+    assert await claim_of(live, "aoi") is None
+    assert await pool_full(live)
+
+
+async def test_a_persona_does_not_repeat_its_own_line(fake_llm: FakeLLMServer, live: Live) -> None:
+    line = "We should bake some bread together this weekend."
+    fake_llm.script(says("remark", line), says("remark", line.upper()))
+    aoi = make_persona("aoi")
+    runtime = await live.start(aoi, on_fake(fake_llm), CHANNEL)
+
+    await live.say(CHANNEL, "Aoi, plans for the weekend?")
+    await eventually(lambda: live.room.posts, what="the first reply")
+    await live.say(CHANNEL, "Aoi, and what else?")
+    await eventually(lambda: runtime.stats.looks >= 2, what="the second turn")
+
+    assert [post.text for post in live.room.posts] == [line]
+    assert [m.text for m in persona_lines(await live.history(CHANNEL))] == [line]
+    assert await claim_of(live, "aoi") is None
+
+
+# --- the event stream --------------------------------------------------------------------------------------
+
+
+async def test_after_the_arbiter_restarts_the_stream_catches_up_and_misses_nothing(live: Live) -> None:
+    aoi = make_persona("aoi")
+    runtime = await live.start(aoi, scripted(aoi), CHANNEL)
+    worker = runtime.join(CHANNEL)
+    before = await live.say(CHANNEL, "Just a note, nothing to answer.", bot=True, author="notes-bot")
+    await eventually(lambda: worker.last_seq == before, what="the first message heard live")
+
+    await live.stop()
+    said = [
+        await live.say(CHANNEL, "Is anyone here?"),
+        await live.say(CHANNEL, "The server was down for a moment."),
+        await live.say(CHANNEL, "Aoi, did you miss anything?"),
+    ]
+    await live.serve()  # same port: the persona's URL is still right
+
+    await eventually(lambda: worker.last_seq == said[-1], what="the missed messages replayed")
+    seqs = [m.seq for m in worker.window]
+    assert seqs == sorted(set(seqs))
+    assert set(said) <= set(seqs)
+    assert live.log.of("aoi").count(("GET", "events")) >= 2  # it reconnected
+    await eventually(lambda: spoken_after(live, said[-1], "aoi"), what="the addressed message answered")
+
+
+async def test_when_the_arbiter_drops_the_stream_the_persona_reconnects(live: Live) -> None:
+    aoi = make_persona("aoi")
+    runtime = await live.start(aoi, scripted(aoi), CHANNEL)
+    worker = runtime.join(CHANNEL)
+
+    live.arbiter.hub.close_all()  # the server ends every event stream, as when a slow reader is dropped
+    said = [await live.say(CHANNEL, f"Line {n} while the stream is being re-opened.") for n in range(3)]
+    said.append(await live.say(CHANNEL, "Aoi, still with us?"))
+
+    await eventually(lambda: worker.last_seq == said[-1], what="every message heard")
+    assert set(said) <= {m.seq for m in worker.window}
+    await eventually(lambda: spoken_after(live, said[-1], "aoi"), what="the addressed message answered")
+
+
+# --- three personas and a human ----------------------------------------------------------------------------
+
+TRIO_SAMPLES = {
+    "aoi": (
+        ("Right.", "I see.", "Oh, nice."),
+        (
+            "I would rather walk there than take the bus.",
+            "@everyone the second one sounds more fun to me.",
+            "That depends on how much time we have left, <@123>.",
+            "Let us try it next weekend and see what happens.",
+        ),
+    ),
+    "ben": (
+        ("Mm-hm.", "Fair.", "<@&42> yes."),
+        (
+            "My sister did exactly that and never regretted it.",
+            "I am not convinced, but tell me more about it.",
+            "We tried that in school once and it went badly.",
+            "@here honestly, the simple plan usually wins.",
+        ),
+    ),
+    "cho": (
+        ("Huh.", "True.", "No way!"),
+        (
+            "I read something about that last week, funnily enough.",
+            "That reminds me of the trip to the coast in spring.",
+            "Could we do both if we start early enough?",
+            "I like the idea, but the weather might not agree.",
+        ),
+    ),
+}
+
+
+async def start_trio(live: Live, **traits: Any) -> dict[str, tuple[PersonaRuntime, RecordingProvider]]:
+    trio = {}
+    for seed, (persona_id, (nods, remarks)) in enumerate(TRIO_SAMPLES.items()):
+        persona = make_persona(persona_id, aizuchi=nods, remarks=remarks, **traits)
+        provider = scripted(persona, seed=seed)
+        trio[persona_id] = (await live.start(persona, provider, CHANNEL, seed=10 + seed), provider)
+    return trio
+
+
+def check_every_generation_was_claimed_and_used(
+    live: Live, trio: dict[str, tuple[PersonaRuntime, RecordingProvider]]
+) -> None:
+    for persona_id, (runtime, provider) in trio.items():
+        stats = runtime.stats
+        assert provider.calls == stats.llm_requests
+        assert stats.llm_requests == stats.claims - stats.refused_claims, persona_id  # no LLM call without a claim
+        assert stats.wasted == 0, persona_id  # every generation posted ...
+        assert stats.llm_requests == sum(stats.posted.values()) + stats.passes, persona_id  # ... or a deliberate pass
+        calls = [call for call in live.log.of(persona_id) if call != ("GET", "events")]
+        for index, call in enumerate(calls):
+            if call == ("POST", "claims"):
+                assert calls[index - 1] == ("GET", "status"), (persona_id, calls)
+
+
+async def test_three_personas_stop_at_the_idle_cap_and_resume_when_a_human_speaks(live: Live) -> None:
+    await live.service.update_settings(CHANNEL, {"idle_cap": 2})
+    trio = await start_trio(live)
+
+    first = await live.say(CHANNEL, "Aoi, Ben, Cho: beach or mountains this year?")
+    # All three were addressed and each wants a remark, but the cap allows two bot turns without a human.
+    await eventually(lambda: _bot_streak(live, 2), what="two bot turns")
+    await live.settled(CHANNEL)
+    calls = sum(provider.calls for _, provider in trio.values())
+    await asyncio.sleep(0.25)  # a margin longer than any wait or refund here: nothing more may happen
+    after_first = [m for m in persona_lines(await live.history(CHANNEL)) if m.seq > first]
+    assert len(after_first) == 2
+    assert sum(provider.calls for _, provider in trio.values()) == calls
+    assert (await live.status(CHANNEL)).bot_streak == 2
+
+    quiet = next(pid for pid in trio if pid not in {m.author_id for m in after_first})
+    second = await live.say(CHANNEL, f"{quiet.title()}, you have been quiet. What do you say?")
+    await eventually(lambda: spoken_after(live, second, quiet), what="the quiet one speaks after the human")
+    await live.settled(CHANNEL)
+    assert len([m for m in persona_lines(await live.history(CHANNEL)) if m.seq > second]) <= 2
+
+    check_every_generation_was_claimed_and_used(live, trio)
+    assert [p.text for p in live.room.posts] == [m.text for m in persona_lines(await live.history(CHANNEL))]
+    assert not any(mentions_in(post.text) for post in live.room.posts)
+
+
+async def _bot_streak(live: Live, count: int) -> bool:
+    return (await live.status(CHANNEL)).bot_streak >= count
+
+
+async def test_an_addressed_persona_answers_first(live: Live) -> None:
+    # Eager, agreeable personas: all of them want to talk; the others may only nod until Ben has answered.
+    trio = await start_trio(live, talkativeness=1.0, extraversion=1.0, agreeableness=1.0)
+
+    asked = await live.say(CHANNEL, "Ben, what is your favourite season, and why?")
+    await eventually(lambda: spoken_after(live, asked, "ben"), what="ben answers")
+
+    after = [m for m in persona_lines(await live.history(CHANNEL)) if m.seq > asked]
+    first_remark = next(m for m in after if m.tier is not Tier.AIZUCHI)
+    assert first_remark.author_id == "ben"
+    assert all(m.tier is Tier.AIZUCHI for m in after if m.seq < first_remark.seq)
+    await live.settled(CHANNEL)
+    check_every_generation_was_claimed_and_used(live, trio)
+    assert not any(mentions_in(post.text) for post in live.room.posts)
+
+
+async def test_a_message_that_arrives_while_a_persona_generates_is_answered(live: Live) -> None:
+    trio = await start_trio(live)
+    aoi_provider, ben_provider = trio["aoi"][1], trio["ben"][1]
+    aoi_provider.hold()
+
+    first = await live.say(CHANNEL, "Aoi, how was the concert?")
+    await eventually(lambda: aoi_provider.waiting == 1, what="aoi generating")
+    ben = trio["ben"][0]
+    worker = ben.join(CHANNEL)
+    # Ben may nod to the first question (or not); let him finish with it before the next one comes.
+    await eventually(lambda: worker.idle and worker.answered >= first, what="ben done with the first message")
+    calls, looks = ben_provider.calls, ben.stats.looks
+    asked = await live.say(CHANNEL, "Ben, were you there too?")
+    # Ben looks while Aoi's claim holds the pool: a remark is not affordable, so no claim and no LLM call.
+    await eventually(lambda: ben.stats.looks > looks, what="ben looks")
+    assert ben_provider.calls == calls
+    assert not await spoken_after(live, asked)
+    aoi_provider.open()
+
+    await eventually(lambda: spoken_after(live, asked, "ben"), what="ben answers the message")
+    assert "Ben, were you there too?" in ben_provider.decisions[-1].turns[-1].text
+    await live.settled(CHANNEL)
+    check_every_generation_was_claimed_and_used(live, trio)

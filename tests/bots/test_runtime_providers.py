@@ -1,0 +1,281 @@
+"""The real Anthropic and OpenAI SDK clients, driven by the persona runtime, against a local server that speaks
+their wire formats (tests.support.llm_server) and a real arbiter.
+
+Each case of the issue - a normal decision, a pass, a tool-call round trip (tool-loop mode), a 429 then success,
+a 500, a timeout, malformed model output - is checked end to end: what reached the platform and the history,
+that no claim is left held and the pool refills, and that token usage reached the arbiter whenever the API
+answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+import pytest
+
+from arbiter.contract import AuthorKind, Tier
+from bots.llm import create_provider
+from bots.tool_loop import ToolLoopRuntime
+from tests.bots.conftest import CHANNEL
+from tests.support.fleet import RecordingProvider, eventually, make_persona
+from tests.support.llm_server import (
+    FAKE_KEY,
+    FAKE_KEY_ENV,
+    decision_reply,
+    delayed,
+    error,
+    fake_profile,
+    raw,
+    text_reply,
+    tool_call,
+)
+
+if TYPE_CHECKING:
+    from bots.runtime import PersonaRuntime
+    from tests.support.fleet import Live
+    from tests.support.llm_server import FakeLLMServer, Reply
+
+Api = Literal["anthropic", "openai"]
+APIS = ["anthropic", "openai"]
+TOKENS_PER_ANSWER = 21 + 7  # the fake server's default usage: 21 prompt, 7 completion tokens
+QUESTION = "Aoi, ramen or udon tonight?"
+
+
+@pytest.fixture(params=APIS)
+def api(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def provider_for(server: FakeLLMServer, api: str, **overrides: Any) -> RecordingProvider:
+    profile = fake_profile(server, cast("Api", api), **{"max_retries": 0, **overrides})
+    return RecordingProvider(create_provider(profile, {FAKE_KEY_ENV: FAKE_KEY}))
+
+
+def decision(action: str, text: str = "") -> Reply:
+    return decision_reply("tools", {"action": action, "text": text})
+
+
+async def ask(live: Live, runtime: PersonaRuntime, text: str = QUESTION) -> int:
+    """A human addresses the persona (so it claims a remark); returns once the persona's turn is over."""
+    looks = runtime.stats.looks
+    seq = await live.say(CHANNEL, text)
+    await eventually(lambda: runtime.stats.looks > looks, what="the persona's turn")
+    return seq
+
+
+async def check_nothing_held(live: Live) -> None:
+    assert (await live.status(CHANNEL, "aoi")).claim is None
+
+    async def refilled() -> bool:
+        status = await live.status(CHANNEL)
+        return status.level == status.capacity
+
+    await eventually(refilled, what="the pool back to full once refunds pass")
+
+
+async def persona_texts(live: Live) -> list[str]:
+    page = await live.service.history(CHANNEL, after=0, limit=100)
+    return [m.text for m in page.messages if m.author_kind is AuthorKind.PERSONA]
+
+
+async def tokens_today(live: Live) -> int:
+    return int((await live.status(CHANNEL)).tokens_today)
+
+
+async def test_a_decision_is_spoken_posted_and_its_usage_reported(
+    fake_llm: FakeLLMServer, live: Live, api: str
+) -> None:
+    fake_llm.script(decision("remark", "Ramen, obviously. The place by the station."))
+    runtime = await live.start(make_persona("aoi"), provider_for(fake_llm, api), CHANNEL)
+
+    await ask(live, runtime)
+
+    assert [post.text for post in live.room.posts] == ["Ramen, obviously. The place by the station."]
+    history = (await live.service.history(CHANNEL, after=0, limit=10)).messages
+    assert (history[-1].author_id, history[-1].tier, history[-1].text) == (
+        "aoi",
+        Tier.REMARK,
+        "Ramen, obviously. The place by the station.",
+    )
+    assert await tokens_today(live) == TOKENS_PER_ANSWER
+    await check_nothing_held(live)
+
+
+async def test_a_pass_releases_the_claim_and_still_reports_usage(fake_llm: FakeLLMServer, live: Live, api: str) -> None:
+    fake_llm.script(decision("pass"))
+    runtime = await live.start(make_persona("aoi"), provider_for(fake_llm, api), CHANNEL)
+
+    await ask(live, runtime)
+
+    assert live.room.posts == []
+    assert await persona_texts(live) == []
+    assert runtime.stats.passes == 1
+    assert await tokens_today(live) == TOKENS_PER_ANSWER
+    await check_nothing_held(live)
+
+
+async def test_a_429_retried_by_the_sdk_then_success_is_posted(fake_llm: FakeLLMServer, live: Live, api: str) -> None:
+    fake_llm.script(error(429, "slow down", headers={"retry-after-ms": "1"}), decision("remark", "Udon, for once."))
+    runtime = await live.start(make_persona("aoi"), provider_for(fake_llm, api, max_retries=2), CHANNEL)
+
+    await ask(live, runtime)
+
+    assert len(fake_llm.requests) == 2  # the SDK retried on its own: one runtime call, two HTTP requests
+    assert runtime.stats.llm_requests == 1
+    assert [post.text for post in live.room.posts] == ["Udon, for once."]
+    assert await tokens_today(live) == TOKENS_PER_ANSWER
+    await check_nothing_held(live)
+
+
+async def test_a_429_that_outlasts_the_sdk_skips_the_turn_and_backs_off_as_told(
+    fake_llm: FakeLLMServer, live: Live, api: str
+) -> None:
+    fake_llm.script(error(429, "slow down", headers={"retry-after": "0.5"}))
+    runtime = await live.start(make_persona("aoi"), provider_for(fake_llm, api), CHANNEL)
+
+    loop = asyncio.get_running_loop()
+    asked_at = loop.time()  # the 429, and so the back-off, comes after this
+    await ask(live, runtime)
+    assert runtime.stats.provider_errors == 1
+    assert live.room.posts == []
+    assert await tokens_today(live) == 0  # the API answered nothing: no usage
+    await check_nothing_held(live)
+
+    fake_llm.script(decision("remark", "Sorry, where were we? Ramen."))
+    await live.say(CHANNEL, "Aoi, still deciding?")
+    await eventually(lambda: live.room.posts, what="the next message answered after the back-off")
+    # The server's retry-after (0.5 s) outweighs the runtime's own first back-off (0.2 s).
+    assert loop.time() - asked_at >= 0.5
+    assert await tokens_today(live) == TOKENS_PER_ANSWER
+
+
+async def test_a_server_error_skips_the_turn_without_posting(fake_llm: FakeLLMServer, live: Live, api: str) -> None:
+    fake_llm.script(error(500, "the model fell over"))
+    runtime = await live.start(make_persona("aoi"), provider_for(fake_llm, api), CHANNEL)
+
+    await ask(live, runtime)
+
+    assert runtime.stats.provider_errors == 1
+    assert live.room.posts == []
+    assert await persona_texts(live) == []
+    assert await tokens_today(live) == 0
+    await check_nothing_held(live)
+
+
+async def test_a_server_error_after_the_sdk_retries_skips_the_turn(
+    fake_llm: FakeLLMServer, live: Live, api: str
+) -> None:
+    fast = {"retry-after-ms": "1"}
+    fake_llm.script(error(503, "busy", headers=fast), error(502, "bad gateway", headers=fast), error(500, "down"))
+    runtime = await live.start(make_persona("aoi"), provider_for(fake_llm, api, max_retries=2), CHANNEL)
+
+    await ask(live, runtime)
+
+    assert len(fake_llm.requests) == 3
+    assert runtime.stats.provider_errors == 1
+    assert live.room.posts == []
+    await check_nothing_held(live)
+
+
+async def test_a_timeout_skips_the_turn_without_posting(fake_llm: FakeLLMServer, live: Live, api: str) -> None:
+    fake_llm.script(delayed(5.0, decision("remark", "Too late to matter.")))
+    runtime = await live.start(make_persona("aoi"), provider_for(fake_llm, api, timeout_s=0.15), CHANNEL)
+
+    await ask(live, runtime)
+
+    assert runtime.stats.provider_errors == 1
+    assert live.room.posts == []
+    assert await persona_texts(live) == []
+    assert await tokens_today(live) == 0
+    await check_nothing_held(live)
+
+
+@pytest.mark.parametrize(
+    ("reply", "answered"),
+    [
+        pytest.param(tool_call("decide", "{not json at all"), True, id="arguments-not-json"),
+        pytest.param(tool_call("decide", {"action": "long", "text": "A speech."}), True, id="action-not-offered"),
+        pytest.param(tool_call("decide", {"action": "remark", "text": "  "}), True, id="remark-without-text"),
+        pytest.param(text_reply("I think ramen."), True, id="no-tool-call"),
+        pytest.param(raw("{this is not json"), False, id="body-not-json"),
+    ],
+)
+async def test_malformed_model_output_is_dropped_and_usage_reported_when_the_api_answered(
+    fake_llm: FakeLLMServer, live: Live, api: str, reply: Reply, answered: bool
+) -> None:
+    fake_llm.script(reply)
+    runtime = await live.start(make_persona("aoi"), provider_for(fake_llm, api), CHANNEL)
+
+    await ask(live, runtime)
+
+    assert live.room.posts == []
+    assert await persona_texts(live) == []
+    assert await tokens_today(live) == (TOKENS_PER_ANSWER if answered else 0)
+    await check_nothing_held(live)
+    # Bad output is not an outage: the next message is answered at once, without a back-off.
+    assert runtime.backing_off() == 0
+    fake_llm.script(decision("remark", "Let me try that again: ramen."))
+    await ask(live, runtime, "Aoi, so?")
+    assert [post.text for post in live.room.posts] == ["Let me try that again: ramen."]
+
+
+# --- tool-loop mode -------------------------------------------------------------------------------------
+
+
+def tool_results(api: str, body: dict[str, Any]) -> list[str]:
+    """The tool results a request carried back to the model, in the API's own format."""
+    if api == "openai":
+        return [m["content"] for m in body["messages"] if m["role"] == "tool"]
+    return [
+        block["content"]
+        for message in body["messages"]
+        if isinstance(message["content"], list)
+        for block in message["content"]
+        if block["type"] == "tool_result"
+    ]
+
+
+async def test_a_tool_loop_round_trip_reads_history_and_status_then_consumes_and_posts(
+    fake_llm: FakeLLMServer, live: Live, api: str
+) -> None:
+    line = "Ramen, obviously. The place by the station."
+    fake_llm.script(
+        tool_call("history", {}),
+        tool_call("status", {}),
+        tool_call("consume", {"amount": 60, "message": line}),
+        text_reply("Done."),
+    )
+    runtime = await live.start(make_persona("aoi"), provider_for(fake_llm, api), CHANNEL, kind=ToolLoopRuntime)
+
+    await ask(live, runtime)
+
+    bodies = fake_llm.bodies(cast("Api", api))
+    assert len(bodies) == 4
+    offered = [tool["function"]["name"] if api == "openai" else tool["name"] for tool in bodies[0]["tools"]]
+    assert sorted(offered) == ["consume", "history", "status"]
+    history = json.loads(tool_results(api, bodies[1])[-1])
+    assert {"from": "Yui", "message": QUESTION} in history["history"]
+    status = json.loads(tool_results(api, bodies[2])[-1])
+    assert status["resource"] == 100 and status["costs"]["remark"] == 60
+    consumed = json.loads(tool_results(api, bodies[3])[-1])
+    assert consumed["success"] is True
+    assert [post.text for post in live.room.posts] == [line]
+    history_now = (await live.service.history(CHANNEL, after=0, limit=10)).messages
+    assert (history_now[-1].author_id, history_now[-1].tier) == ("aoi", Tier.REMARK)
+    assert await tokens_today(live) == 4 * TOKENS_PER_ANSWER  # every call of the loop reported
+    await check_nothing_held(live)
+
+
+async def test_a_tool_loop_that_fails_midway_posts_nothing(fake_llm: FakeLLMServer, live: Live, api: str) -> None:
+    fake_llm.script(tool_call("history", {}), error(500, "the model fell over"))
+    runtime = await live.start(make_persona("aoi"), provider_for(fake_llm, api), CHANNEL, kind=ToolLoopRuntime)
+
+    await ask(live, runtime)
+
+    assert len(fake_llm.requests) == 2
+    assert runtime.stats.provider_errors == 1
+    assert live.room.posts == []
+    assert await tokens_today(live) == TOKENS_PER_ANSWER  # the first call was answered
+    await check_nothing_held(live)

@@ -1,0 +1,147 @@
+"""What a persona's text must be before it is posted: no pings, no name prefix, within its tier, not a repeat."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from arbiter.contract import display_length
+from bots.text import clean_reply, has_mention, neutralize_mentions, repeats
+
+NAMES = ("Aoi", "あおい")
+# What Discord turns into a ping, written independently of bots.text.
+PING = re.compile(r"<@[!&]?\d+>|@(everyone|here)\b", re.IGNORECASE)
+
+
+# --- mentions ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("@everyone hello", "everyone hello", id="everyone"),
+        pytest.param("hi @here!", "hi here!", id="here"),
+        pytest.param("@EVERYONE loud", "EVERYONE loud", id="any-case"),
+        pytest.param("ask <@123> now", "ask  now", id="user"),
+        pytest.param("ask <@!123> now", "ask  now", id="user-nickname-form"),
+        pytest.param("ask <@&456> now", "ask  now", id="role"),
+        pytest.param("@@everyone", "everyone", id="doubled-at"),
+        pytest.param("<@<@1>2>", "", id="nested-token"),
+        pytest.param("<@&<@!1>2>", "", id="nested-role"),
+        pytest.param("mail me at a@example.com", "mail me at a@example.com", id="an-e-mail-is-no-ping"),
+        pytest.param("<#123> is a channel", "<#123> is a channel", id="a-channel-link-is-no-ping"),
+        pytest.param("＠everyone", "＠everyone", id="full-width-at-does-not-ping"),
+    ],
+)
+def test_neutralize_mentions(text: str, expected: str) -> None:
+    assert neutralize_mentions(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "mentions"),
+    [
+        ("@everyone", True),
+        ("hey @here", True),
+        ("<@1>", True),
+        ("<@&1>", True),
+        ("<@!1>", True),
+        ("everyone here", False),
+        ("a@example.com", False),
+        ("<@abc>", False),
+    ],
+)
+def test_has_mention(text: str, mentions: bool) -> None:
+    assert has_mention(text) is mentions
+
+
+@given(st.text(alphabet="<@&!>0123 everyonhr", max_size=40))
+def test_neutralized_text_never_pings_and_is_stable(text: str) -> None:
+    cleaned = neutralize_mentions(text)
+
+    assert PING.search(cleaned) is None, cleaned
+    assert not has_mention(cleaned)
+    assert neutralize_mentions(cleaned) == cleaned
+
+
+# --- clean_reply -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("Sounds good.", "Sounds good.", id="plain"),
+        pytest.param("  Sounds\n\ngood.  ", "Sounds good.", id="one-paragraph"),
+        pytest.param("Aoi: Sounds good.", "Sounds good.", id="own-name-prefix"),
+        pytest.param("aoi : Sounds good.", "Sounds good.", id="own-name-any-case"),
+        pytest.param("[Aoi]: Sounds good.", "Sounds good.", id="bracketed-prefix"),
+        pytest.param("[Aoi] Sounds good.", "Sounds good.", id="the-transcript-format"),
+        pytest.param("[Aoi (you)] Sounds good.", "Sounds good.", id="the-transcript-format-of-oneself"),
+        pytest.param("あおい：いいね!", "いいね!", id="full-width-colon"),
+        pytest.param("Ben: you first.", "Ben: you first.", id="another-name-is-kept"),
+        pytest.param('"Sounds good."', "Sounds good.", id="wrapping-quotes"),
+        pytest.param("「いいね」", "いいね", id="japanese-quotes"),
+        pytest.param("Aoi: @everyone look!", "everyone look!", id="prefix-and-ping"),
+        pytest.param("<@123>", "", id="only-a-ping"),
+    ],
+)
+def test_clean_reply(text: str, expected: str) -> None:
+    assert clean_reply(text, NAMES, 100) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "limit"),
+    [
+        pytest.param("The quick brown fox jumps over the lazy dog, twice, before breakfast.", 24, id="en"),
+        pytest.param("山に行くのが一番だと思うけど、海もいいよね。", 20, id="ja-counts-two-columns"),
+        pytest.param("<@1> The quick brown fox jumps over the lazy dog again and again.", 30, id="ping-then-trim"),
+    ],
+)
+def test_clean_reply_trims_to_the_limit_in_display_columns(text: str, limit: int) -> None:
+    cleaned = clean_reply(text, NAMES, limit)
+
+    assert 0 < display_length(cleaned) <= limit
+    assert cleaned.endswith("…")  # the cut is marked
+
+
+def test_clean_reply_keeps_a_reply_that_fits_exactly() -> None:
+    text = "あ" * 10  # 20 columns
+
+    assert clean_reply(text, NAMES, 20) == text
+
+
+@given(st.text(max_size=300), st.integers(min_value=1, max_value=200))
+def test_clean_reply_always_fits_and_never_pings(text: str, limit: int) -> None:
+    cleaned = clean_reply(text, NAMES, limit)
+
+    assert display_length(cleaned) <= limit
+    assert not has_mention(cleaned)
+    assert "\n" not in cleaned
+
+
+# --- repeats -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "earlier", "repeated"),
+    [
+        pytest.param("I love ramen.", ["I love ramen."], True, id="the-same"),
+        pytest.param("i LOVE ramen!!", ["I love ramen."], True, id="case-and-punctuation"),
+        pytest.param("ＡＢＣ１２３", ["abc123"], True, id="full-width-forms"),
+        pytest.param(
+            "We should bake some bread together this weekend!",
+            ["We should bake bread together this weekend."],
+            True,
+            id="nearly-the-same-long-line",
+        ),
+        pytest.param("I see.", ["I see it."], False, id="short-lines-must-match-exactly"),
+        pytest.param("Udon, for once.", ["I love ramen.", "Soba?"], False, id="something-new"),
+        pytest.param("", [], True, id="nothing-to-say"),
+        pytest.param("!!!", ["anything"], True, id="only-punctuation"),
+        pytest.param("Hello there.", [], False, id="nothing-earlier"),
+    ],
+)
+def test_repeats(text: str, earlier: list[str], repeated: bool) -> None:
+    assert repeats(text, earlier) is repeated
