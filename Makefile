@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 run: $(VENV)/.installed
 	$(BIN)/aizuchi run
 
-test: $(VENV)/.installed-dev
+test: $(VENV)/.installed-dev $(BROWSER)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -30,6 +30,18 @@ $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
 $(VENV)/.installed-dev: pyproject.toml | $(VENV)/bin/python
 	$(BIN)/pip install --quiet -e '.[dev]'
 	@touch $@ $(VENV)/.installed
+
+# The local room's browser test drives Debian's Chromium through Playwright (Playwright's own browser download
+# does not work on machines without internet access).
+BROWSER := /usr/bin/chromium
+
+$(BROWSER):
+	@if ! command -v apt-get >/dev/null; then \
+		echo "note: install Chromium for the room's browser test (it skips without one)"; exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then sudo=; elif sudo -n true 2>/dev/null; then sudo=sudo; else \
+		echo "note: 'sudo apt-get install chromium' for the room's browser test (it skips without one)"; exit 0; fi; \
+	echo "installing Debian's chromium for the room's browser test"; \
+	$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium >/dev/null
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -11,18 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from aizuchi.logs import configure_logging
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Sequence
 
 __all__ = ("main",)
 
 _log = logging.getLogger("aizuchi")
-
-
-def _configure_logging(level: str) -> None:
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s", stream=sys.stderr)
-    for noisy in ("aiohttp.access", "sqlalchemy.engine", "alembic.runtime.migration"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 def _run(coro_factory: Callable[[], Coroutine[Any, Any, int | None]]) -> int:
@@ -52,27 +48,33 @@ def _run(coro_factory: Callable[[], Coroutine[Any, Any, int | None]]) -> int:
 
 
 def _arbiter(args: argparse.Namespace) -> int:
-    from arbiter.server import open_arbiter, serve_app
+    from aizuchi.run import run_arbiter
     from arbiter.settings import ArbiterSettings
 
     overrides = {key: value for key, value in (("host", args.host), ("port", args.port)) if value is not None}
     settings = ArbiterSettings(**overrides)
-    _configure_logging(settings.log_level)
+    configure_logging(settings.log_level)
+    return _run(lambda: run_arbiter(settings))
 
-    async def main() -> None:
-        async with open_arbiter(settings) as arbiter:
-            if not settings.persona_tokens:
-                _log.warning("no persona tokens configured (ARBITER_PERSONA_TOKENS): no persona can speak yet")
-            if settings.admin_token is None:
-                _log.warning("no admin token configured (ARBITER_ADMIN_TOKEN): the admin endpoints are off")
-            await serve_app(
-                arbiter.app,
-                settings.host,
-                settings.port,
-                ready=lambda url: print(f"arbiter listening on {url}", flush=True),
-            )
 
-    return _run(main)
+def _run_all(args: argparse.Namespace) -> int:
+    from aizuchi.run import run_all
+    from arbiter.settings import ArbiterSettings
+    from bots.settings import BotsSettings
+
+    overrides = {key: value for key, value in (("host", args.host), ("port", args.port)) if value is not None}
+    settings, bots = ArbiterSettings(**overrides), BotsSettings()
+    configure_logging(settings.log_level)
+    return _run(lambda: run_all(settings, bots))
+
+
+def _bots(args: argparse.Namespace) -> int:
+    from aizuchi.run import run_bots
+    from bots.settings import BotsSettings
+
+    bots = BotsSettings()
+    configure_logging(bots.log_level)
+    return _run(lambda: run_bots(bots, args.persona or None))
 
 
 def _personas_check(args: argparse.Namespace) -> int:
@@ -103,14 +105,14 @@ def _personas_check(args: argparse.Namespace) -> int:
 def _bench_arbiter(args: argparse.Namespace) -> int:
     from bench.arbiter_load import run_benchmark
 
-    _configure_logging("WARNING")
+    configure_logging("WARNING")
     return _run(lambda: run_benchmark(args))
 
 
 def _bench_conversation(args: argparse.Namespace) -> int:
     from bench.conversation import run_benchmark
 
-    _configure_logging("ERROR")
+    configure_logging("ERROR")
     return _run(lambda: run_benchmark(args))
 
 
@@ -118,15 +120,21 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aizuchi", description="A fleet of AI personas that take turns.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="<command>")
 
-    arbiter = commands.add_parser("arbiter", help="serve the arbiter's HTTP API")
+    arbiter = commands.add_parser("arbiter", help="the arbiter: its HTTP API, and its Discord bot if it has a token")
     arbiter.add_argument("--host", help="listen address (default: ARBITER_HOST or 127.0.0.1)")
     arbiter.add_argument("--port", type=int, help="listen port (default: ARBITER_PORT or 8340)")
     arbiter.set_defaults(func=_arbiter)
 
-    run = commands.add_parser("run", help="run the whole fleet (for now: the arbiter)")
-    run.add_argument("--host", help=argparse.SUPPRESS)
-    run.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    run.set_defaults(func=_arbiter)
+    run = commands.add_parser(
+        "run", help="everything in one process: on Discord if the arbiter has a token, else the local room"
+    )
+    run.add_argument("--host", help="listen address (default: ARBITER_HOST or 127.0.0.1)")
+    run.add_argument("--port", type=int, help="listen port (default: ARBITER_PORT or 8340)")
+    run.set_defaults(func=_run_all)
+
+    bots = commands.add_parser("bots", help="the personas' Discord bots, with the arbiter running elsewhere")
+    bots.add_argument("--persona", action="append", metavar="ID", help="run only this persona (repeatable)")
+    bots.set_defaults(func=_bots)
 
     personas = commands.add_parser("personas", help="work with persona files")
     persona_commands = personas.add_subparsers(dest="personas_command", required=True, metavar="<action>")

@@ -1,0 +1,8 @@
+"""The arbiter on Discord: it records the enabled channels' messages and serves the moderators' commands.
+
+Handlers only translate between discord.py and ``ArbiterService``; no turn-taking rule lives here.
+"""
+
+from arbiter.discord_bot.bot import ArbiterBot, arbiter_intents
+
+__all__ = ("ArbiterBot", "arbiter_intents")

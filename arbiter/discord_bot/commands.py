@@ -1,0 +1,196 @@
+"""``/aizuchi ...``: the moderators' slash commands. They act on the channel they are used in, through the same
+service methods as the admin API, and answer at once and privately (ephemeral)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Literal
+
+import discord
+from discord import app_commands
+
+from arbiter.core.errors import ArbiterError, NotFound
+from arbiter.discord_bot.render import status_text
+
+if TYPE_CHECKING:
+    from arbiter.service import ArbiterService
+
+__all__ = ("ModeratorCommands", "ModeratorTree", "NotAllowed")
+
+_log = logging.getLogger(__name__)
+
+TierName = Literal["aizuchi", "remark", "long"]
+_TIERS: tuple[TierName, ...] = ("aizuchi", "remark", "long")
+
+
+class NotAllowed(app_commands.CheckFailure):
+    """Refused before the command ran; the message says why."""
+
+
+class ModeratorTree(app_commands.CommandTree[discord.Client]):
+    async def on_error(self, interaction: discord.Interaction, error: app_commands.AppCommandError) -> None:
+        if isinstance(error, NotAllowed):
+            message = str(error)
+        else:
+            _log.exception("slash command failed", exc_info=error)
+            message = "Something went wrong on the arbiter's side; nothing was changed. Try again in a moment."
+        if not interaction.response.is_done():
+            await interaction.response.send_message(message, ephemeral=True)
+
+
+class ModeratorCommands(app_commands.Group):
+    def __init__(self, service: ArbiterService, *, moderator_role: str | None = None) -> None:
+        super().__init__(
+            name="aizuchi",
+            description="Tune the aizuchi persona fleet in this channel",
+            guild_only=True,
+            # A hint for Discord's client (admins may change it); the real check is interaction_check.
+            default_permissions=discord.Permissions(manage_channels=True),
+        )
+        self._service = service
+        self._role = moderator_role
+
+    async def interaction_check(self, interaction: discord.Interaction) -> bool:
+        if interaction.guild is None:
+            raise NotAllowed("aizuchi commands work in server channels only.")
+        if interaction.permissions.manage_channels:
+            return True
+        roles = getattr(interaction.user, "roles", [])
+        if self._role is not None and any(role.name == self._role for role in roles):
+            return True
+        who = "Manage Channels" + (f" or the {self._role} role" if self._role else "")
+        raise NotAllowed(f"Only moderators can use /aizuchi here: it needs {who}.")
+
+    # --- plumbing ---------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _channel(interaction: discord.Interaction) -> str:
+        assert interaction.channel_id is not None
+        return str(interaction.channel_id)
+
+    async def _reply(self, interaction: discord.Interaction, text: str) -> None:
+        await interaction.response.send_message(text, ephemeral=True)
+
+    async def _change(self, interaction: discord.Interaction, changes: dict[str, Any], done: str) -> None:
+        try:
+            await self._service.update_settings(self._channel(interaction), changes)
+        except NotFound:
+            await self._reply(interaction, "aizuchi is not set up in this channel yet: `/aizuchi enable` first.")
+            return
+        except ArbiterError as error:
+            await self._reply(interaction, f"Not changed: {error.message}")
+            return
+        await self._reply(interaction, done)
+
+    # --- the commands -----------------------------------------------------------------------------------
+
+    @app_commands.command(description="The pool, the tiers, the personas and today's token use here")
+    async def status(self, interaction: discord.Interaction) -> None:
+        channel_id = self._channel(interaction)
+        try:
+            status = await self._service.status(channel_id)
+            settings = await self._service.settings(channel_id)
+        except NotFound:
+            await self._reply(interaction, "aizuchi is not set up in this channel: `/aizuchi enable` turns it on.")
+            return
+        await self._reply(interaction, status_text(status, settings, self._service.personas_info()))
+
+    @app_commands.command(description="Turn the fleet on in this channel")
+    async def enable(self, interaction: discord.Interaction) -> None:
+        await self._service.ensure_channel(self._channel(interaction), {"enabled": True})
+        await self._reply(interaction, "aizuchi is on in this channel.")
+
+    @app_commands.command(description="Turn the fleet off in this channel")
+    async def disable(self, interaction: discord.Interaction) -> None:
+        await self._change(interaction, {"enabled": False}, "aizuchi is off in this channel.")
+
+    @app_commands.command(description="Stop every persona speaking here until resumed")
+    async def pause(self, interaction: discord.Interaction) -> None:
+        await self._change(interaction, {"paused": True}, "Paused: the personas stay quiet until `/aizuchi resume`.")
+
+    @app_commands.command(description="Let the personas speak again")
+    async def resume(self, interaction: discord.Interaction) -> None:
+        await self._change(interaction, {"paused": False}, "Resumed.")
+
+    @app_commands.command(description="The pool's size")
+    @app_commands.describe(value="how much the pool holds when full (default 100)")
+    async def capacity(self, interaction: discord.Interaction, value: int) -> None:
+        await self._change(interaction, {"capacity": value}, f"The pool now holds {value}.")
+
+    @app_commands.command(description="How long a spend takes to come back")
+    @app_commands.describe(seconds="seconds until a spend is refunded", tier="one tier (default: all three)")
+    async def recovery(self, interaction: discord.Interaction, seconds: float, tier: TierName | None = None) -> None:
+        tiers = [tier] if tier else list(_TIERS)
+        changes = {"tiers": {name: {"recovery_s": seconds} for name in tiers}}
+        await self._change(interaction, changes, f"Recovery of {', '.join(tiers)}: {seconds:g} s.")
+
+    @app_commands.command(description="A tier's cost and maximum length")
+    @app_commands.describe(tier="which tier", cost="what it costs from the pool", length="its maximum length")
+    async def tier(
+        self, interaction: discord.Interaction, tier: TierName, cost: int | None = None, length: int | None = None
+    ) -> None:
+        rule = {key: value for key, value in (("cost", cost), ("max_length", length)) if value is not None}
+        if not rule:
+            await self._reply(interaction, "Give a cost, a length or both.")
+            return
+        said = ", ".join(f"{'length' if key == 'max_length' else key} {value}" for key, value in rule.items())
+        await self._change(interaction, {"tiers": {tier: rule}}, f"{tier}: {said}.")
+
+    @app_commands.command(name="idle-cap", description="Bot turns in a row before the bots wait for a human")
+    @app_commands.describe(turns="how many bot messages may follow a human message")
+    async def idle_cap(self, interaction: discord.Interaction, turns: int) -> None:
+        await self._change(interaction, {"idle_cap": turns}, f"The bots now stop after {turns} turns without a human.")
+
+    @app_commands.command(description="Today's token budget for this channel")
+    @app_commands.describe(tokens="tokens per day (leave empty for no budget)")
+    async def budget(self, interaction: discord.Interaction, tokens: int | None = None) -> None:
+        done = "No daily token budget." if tokens is None else f"Daily token budget: {tokens:,}."
+        await self._change(interaction, {"daily_token_budget": tokens}, done)
+
+    @app_commands.command(description="A topic the personas keep in mind")
+    @app_commands.describe(text="the topic (leave empty to clear it)")
+    async def topic(self, interaction: discord.Interaction, text: str | None = None) -> None:
+        await self._change(interaction, {"topic": text or ""}, f"Topic: {text}." if text else "Topic cleared.")
+
+    @app_commands.command(description="Enable, disable, mute or unmute one persona here")
+    @app_commands.describe(persona="which persona", action="what to do")
+    async def persona(
+        self, interaction: discord.Interaction, persona: str, action: Literal["enable", "disable", "mute", "unmute"]
+    ) -> None:
+        known = {info.id: info.display_name for info in self._service.personas_info().personas}
+        if persona not in known:
+            names = ", ".join(sorted(known)) or "none"
+            await self._reply(interaction, f"No persona {persona!r} here (known: {names}).")
+            return
+        changes = {
+            "enable": {"enabled": True},
+            "disable": {"enabled": False},
+            "mute": {"muted": True},
+            "unmute": {"muted": False},
+        }[action]
+        try:
+            await self._service.set_persona(self._channel(interaction), persona, **changes)
+        except NotFound:
+            await self._reply(interaction, "aizuchi is not set up in this channel yet: `/aizuchi enable` first.")
+            return
+        await self._reply(interaction, f"{known[persona]}: {action}d.")
+
+    @persona.autocomplete("persona")
+    async def _persona_names(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
+        infos = self._service.personas_info().personas
+        matches = [i for i in infos if current.casefold() in (i.id + " " + i.display_name).casefold()]
+        return [app_commands.Choice(name=f"{i.display_name} ({i.id})", value=i.id) for i in matches[:25]]
+
+    @app_commands.command(name="clear-history", description="Forget this channel's conversation")
+    @app_commands.describe(confirm="type this channel's name to confirm")
+    async def clear_history(self, interaction: discord.Interaction, confirm: str) -> None:
+        name = getattr(interaction.channel, "name", None)
+        if not name or confirm.strip().lstrip("#") != name:
+            await self._reply(interaction, f"Not cleared: to confirm, type the channel's name ({name}) exactly.")
+            return
+        try:
+            deleted = await self._service.clear_history(self._channel(interaction))
+        except NotFound:
+            await self._reply(interaction, "aizuchi is not set up in this channel; there is no history to clear.")
+            return
+        await self._reply(interaction, f"Cleared {deleted} messages from the personas' memory of this channel.")
