@@ -109,7 +109,7 @@ def level(state: ChannelState, now: float) -> int:
 
 def refund_schedule(state: ChannelState, now: float) -> list[tuple[float, int]]:
     """Pending refunds as (time, amount), soonest first."""
-    return sorted((spend.refund_at, spend.cost) for spend in _pending(state, now))
+    return [(spend.refund_at, spend.cost) for spend in _pending(state, now)]
 
 
 def _pending(state: ChannelState, now: float) -> list[Spend]:
@@ -137,8 +137,13 @@ def _wait_for(state: ChannelState, cost: int, now: float, excluding: str | None)
     return 0.0 if available >= cost else None
 
 
+_EPOCH_ORDINAL = 719_163  # datetime.date(1970, 1, 1).toordinal()
+
+
 def utc_day(now: float) -> int:
-    return _dt.datetime.fromtimestamp(now, _dt.UTC).date().toordinal()
+    """The UTC day of POSIX time ``now``, as a proleptic ordinal. Arithmetic, not datetime: it runs on every
+    status read, and POSIX days are all 86,400 seconds long."""
+    return _EPOCH_ORDINAL + int(now // 86_400)
 
 
 def _seconds_to_next_utc_day(now: float) -> float:

@@ -6,10 +6,13 @@ database. Core statements rather than ORM sessions, because the writer runs thou
 
 from __future__ import annotations
 
+import json
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Row, Table, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy import JSON, Connection, Row, Table, bindparam, delete, func, insert, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from arbiter.core.ledger import split
@@ -26,6 +29,7 @@ from arbiter.core.models import (
     Tier,
     TierRule,
 )
+from arbiter.storage.database import sqlite_driver_execute
 from arbiter.storage.tables import ChannelRow, MessageRow, PersonaRow, SpendRow, UsageRow
 
 if TYPE_CHECKING:
@@ -97,13 +101,39 @@ def _by_key(table: Table, key: str, names: Sequence[str]) -> Any:
     return update(table).where(table.c[key] == bindparam(f"b_{key}")).values({n: bindparam(n) for n in names})
 
 
-_SAVE_STATE = _by_key(channels, "id", _STATE_COLUMNS)
-_SAVE_ALL = _by_key(channels, "id", (*_STATE_COLUMNS, *_SETTINGS_COLUMNS))
-_INSERT_SPENDS = insert(spends)
-_UPDATE_SPENDS = _by_key(spends, "id", _SPEND_CHANGES)
-_INSERT_MESSAGES = insert(messages)
+class _WriterStatement:
+    """One of the writer's batch statements, built once; on SQLite also rendered once and run on the driver
+    (see ``sqlite_driver_execute``), with JSON encoded the way SQLAlchemy's JSON type does (``None`` as
+    ``null``). PostgreSQL keeps the ordinary path: there the round trip, not Python, is the cost."""
+
+    def __init__(self, statement: Any) -> None:
+        self.statement = statement
+        compiled = statement.compile(dialect=sqlite_dialect())
+        self._sql: str = compiled.string
+        names: tuple[str, ...] = tuple(compiled.positiontup or ())
+        self._order = itemgetter(*names)
+        self._json = [name for name in names if name in _JSON_COLUMNS]
+
+    def run(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
+        if conn.dialect.name != "sqlite":
+            conn.execute(self.statement, rows)
+            return
+        for row in rows:
+            for name in self._json:
+                row[name] = json.dumps(row[name])
+        sqlite_driver_execute(conn, self._sql, [self._order(row) for row in rows])
+
+
+_JSON_COLUMNS = frozenset(
+    column.name for table in (channels, spends, messages) for column in table.columns if isinstance(column.type, JSON)
+)
+_SAVE_STATE = _WriterStatement(_by_key(channels, "id", _STATE_COLUMNS))
+_SAVE_ALL = _WriterStatement(_by_key(channels, "id", (*_STATE_COLUMNS, *_SETTINGS_COLUMNS)))
+_INSERT_SPENDS = _WriterStatement(insert(spends))
+_UPDATE_SPENDS = _WriterStatement(_by_key(spends, "id", _SPEND_CHANGES))
+_INSERT_MESSAGES = _WriterStatement(insert(messages))
 _visible = messages.c.retracted.is_(False) & messages.c.deleted.is_(False)
-_UPDATE_MESSAGES = (
+_UPDATE_MESSAGES = _WriterStatement(
     update(messages)
     .where(messages.c.channel_id == bindparam("b_channel_id"), messages.c.seq == bindparam("b_seq"))
     .values({name: bindparam(name) for name in _MESSAGE_CHANGES})
@@ -320,9 +350,9 @@ def save_channels(
         if state.channel_id in settings_changed
     ]
     if plain:
-        conn.execute(_SAVE_STATE, plain)
+        _SAVE_STATE.run(conn, plain)
     if full:
-        conn.execute(_SAVE_ALL, full)
+        _SAVE_ALL.run(conn, full)
 
 
 def channel_ids(conn: Connection) -> list[ChannelSummary]:
@@ -336,7 +366,7 @@ def channel_ids(conn: Connection) -> list[ChannelSummary]:
 def insert_spends(conn: Connection, new: Sequence[tuple[str, Spend]]) -> None:
     """Insert (channel id, spend) pairs."""
     if new:
-        conn.execute(_INSERT_SPENDS, [_spend_columns(channel_id, spend) for channel_id, spend in new])
+        _INSERT_SPENDS.run(conn, [_spend_columns(channel_id, spend) for channel_id, spend in new])
 
 
 def update_spends(conn: Connection, changed: Sequence[Spend]) -> None:
@@ -352,7 +382,7 @@ def update_spends(conn: Connection, changed: Sequence[Spend]) -> None:
             }
             for spend in changed
         ]
-        conn.execute(_UPDATE_SPENDS, rows)
+        _UPDATE_SPENDS.run(conn, rows)
 
 
 def spends_by_id(conn: Connection, channel_id: str, ids: Sequence[str]) -> list[Spend]:
@@ -362,7 +392,7 @@ def spends_by_id(conn: Connection, channel_id: str, ids: Sequence[str]) -> list[
 
 def insert_messages(conn: Connection, new: Sequence[Message]) -> None:
     if new:
-        conn.execute(_INSERT_MESSAGES, [_message_columns(message) for message in new])
+        _INSERT_MESSAGES.run(conn, [_message_columns(message) for message in new])
 
 
 def update_messages(conn: Connection, changed: Sequence[Message]) -> None:
@@ -379,7 +409,7 @@ def update_messages(conn: Connection, changed: Sequence[Message]) -> None:
             }
             for message in changed
         ]
-        conn.execute(_UPDATE_MESSAGES, rows)
+        _UPDATE_MESSAGES.run(conn, rows)
 
 
 def message(conn: Connection, channel_id: str, seq: int) -> Message | None:
@@ -397,24 +427,29 @@ def message_by_platform_id(conn: Connection, channel_id: str, platform_message_i
 
 def history(conn: Connection, channel_id: str, after: int, limit: int) -> list[Message]:
     """Messages after seq ``after``, oldest first; retracted and deleted ones are not part of the conversation."""
-    query = (
-        select(messages)
-        .where(messages.c.channel_id == channel_id, messages.c.seq > after, _visible)
-        .order_by(messages.c.seq)
-        .limit(limit)
-    )
-    return [_message_from(row) for row in conn.execute(query)]
+    rows = conn.execute(_HISTORY, {"channel_id": channel_id, "after": after, "limit": limit})
+    return [_message_from(row) for row in rows]
 
 
 def recent_history(conn: Connection, channel_id: str, limit: int) -> list[Message]:
     """The last ``limit`` messages, oldest first."""
-    query = (
-        select(messages)
-        .where(messages.c.channel_id == channel_id, _visible)
-        .order_by(messages.c.seq.desc())
-        .limit(limit)
-    )
-    return [_message_from(row) for row in reversed((conn.execute(query)).all())]
+    rows = conn.execute(_RECENT_HISTORY, {"channel_id": channel_id, "limit": limit}).all()
+    return [_message_from(row) for row in reversed(rows)]
+
+
+# Built once, like the writer's statements: personas read the history about as often as they write.
+_HISTORY = (
+    select(messages)
+    .where(messages.c.channel_id == bindparam("channel_id"), messages.c.seq > bindparam("after"), _visible)
+    .order_by(messages.c.seq)
+    .limit(bindparam("limit"))
+)
+_RECENT_HISTORY = (
+    select(messages)
+    .where(messages.c.channel_id == bindparam("channel_id"), _visible)
+    .order_by(messages.c.seq.desc())
+    .limit(bindparam("limit"))
+)
 
 
 def delete_history(conn: Connection, channel_id: str) -> int:

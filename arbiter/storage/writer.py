@@ -326,7 +326,14 @@ class BatchWriter:
                     self._inbox.put(_STOP)
                     break
                 batch.append(item)
-            outcomes, events = self._settle(batch, self._database.write_blocking)
+            try:
+                outcomes, events = self._settle(batch, self._database.write_blocking)
+            except Exception as error:
+                # As on PostgreSQL: this batch's callers hear of it, and the thread lives on for the next.
+                _log.exception("writer batch failed")
+                self._forget()
+                failure = StorageError(f"internal error: {type(error).__name__}")
+                outcomes, events = [(op, failure) for op in batch], []
             self._loop.call_soon_threadsafe(self._deliver, outcomes, events)
 
     def _settle(self, batch: list[_Op[Any]], write: Callable[..., Any]) -> tuple[_Outcomes, list[Event]]:

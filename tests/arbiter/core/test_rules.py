@@ -1012,3 +1012,17 @@ def test_a_deleted_message_cannot_be_edited_linked_or_deleted_again() -> None:
     with pytest.raises(ConflictError):
         rules.link_platform_id(deleted.state, "hana", deleted.outcome, "p-1")
     assert not rules.delete(deleted.state, deleted.outcome).changed
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        "1970-01-01T00:00:00",
+        "1999-12-31T23:59:59.999",
+        "2026-07-25T00:00:00",
+        "2026-07-25T23:59:59.5",
+        "2100-03-01T00:00:00",
+    ],
+)
+def test_utc_day_is_the_calendar_day_in_utc(moment: str) -> None:
+    assert rules.utc_day(_utc(moment)) == dt.datetime.fromisoformat(moment).date().toordinal()
