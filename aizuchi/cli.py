@@ -10,6 +10,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from aizuchi.logs import configure_logging
 
@@ -173,12 +174,20 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from arbiter.core.errors import ArbiterError
+    from bots.errors import BotError
 
     try:
         return int(args.func(args))
     except ValidationError as error:
         print(f"aizuchi: invalid settings:\n{error}", file=sys.stderr)
         return 2
+    except SettingsError as error:
+        # A variable that holds a list or a mapping must be JSON; pydantic-settings says which one is not.
+        print(f"aizuchi: invalid settings: {error} (it must be JSON)", file=sys.stderr)
+        return 2
     except ArbiterError as error:
         print(f"aizuchi: {error.message}", file=sys.stderr)
+        return 1
+    except BotError as error:
+        print(f"aizuchi: {error}", file=sys.stderr)
         return 1

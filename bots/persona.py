@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from arbiter.contract import Id
+from bots.errors import BotError
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -36,7 +37,7 @@ EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Z_][A-Z0-9_]*$")]
 _ID: TypeAdapter[str] = TypeAdapter(Id)
 
 
-class PersonaError(Exception):
+class PersonaError(BotError):
     """A persona file is missing, unreadable or invalid. The message names the file and the field."""
 
 

@@ -8,7 +8,11 @@ from typing import Annotated, Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-__all__ = ("BotsSettings",)
+__all__ = ("SHIPPED_PERSONAS", "BotsSettings")
+
+# The project's own persona files, found from the code rather than the working directory, so `aizuchi run`
+# works wherever it is started.
+SHIPPED_PERSONAS = Path(__file__).resolve().parent.parent / "personas"
 
 
 class BotsSettings(BaseSettings):
@@ -17,7 +21,7 @@ class BotsSettings(BaseSettings):
     )
 
     arbiter_url: str = Field("http://127.0.0.1:8340", description="where the arbiter's HTTP API listens")
-    personas_dir: Path = Field(Path("personas"), description="directory of persona files")
+    personas_dir: Path = Field(SHIPPED_PERSONAS, description="directory of persona files (default: the shipped ones)")
     personas: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["rin", "theo", "juno"],
         description="persona ids to run, comma-separated (the default is the English trio; hana,mio,sora speak "

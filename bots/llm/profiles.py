@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from bots.errors import BotError
 from bots.llm.base import ChatProvider, LLMAuthError
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ __all__ = ("BUILTIN_PROFILES", "NO_KEY", "ProfileError", "ProviderProfile", "cre
 NO_KEY = "no-key"
 
 
-class ProfileError(ValueError):
+class ProfileError(BotError):
     """A profile file or profile is invalid. The message names the file and the field."""
 
 

@@ -1,0 +1,166 @@
+"""``aizuchi run`` as the user runs it: a process started from a directory of its own, with no tokens and no
+keys, so it opens the local room with the scripted provider.
+
+It prints where the room is; a person says something and the personas answer; SIGTERM stops it at once with
+exit status 0; started again on the same database, the conversation is still there. Bad settings and a
+missing persona directory end it with one clear line, not a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
+
+ROOM_LINE = re.compile(r"aizuchi local room: open (http://127\.0\.0\.1:\d+)/room/lobby")
+ROOM = "porch"
+
+
+def environment(workdir: Path, **extra: str) -> dict[str, str]:
+    """The user's environment without anything that would take the fleet to Discord or a paid model."""
+    keep = {key: value for key, value in os.environ.items() if not key.startswith(("ARBITER_", "AIZUCHI_"))}
+    for key in [key for key in keep if key.endswith(("_DISCORD_TOKEN", "_API_KEY"))]:
+        del keep[key]
+    return {
+        **keep,
+        "ARBITER_DATABASE_URL": f"sqlite:///{workdir / 'aizuchi.db'}",
+        "ARBITER_PORT": "0",
+        "PYTHONUNBUFFERED": "1",
+        **extra,
+    }
+
+
+def run_to_end(workdir: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "aizuchi", *args],
+        cwd=workdir,
+        env=environment(workdir, **env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+class Fleet:
+    def __init__(self, process: asyncio.subprocess.Process, base: str, session: aiohttp.ClientSession) -> None:
+        self.process = process
+        self.base = base
+        self.session = session
+
+    async def get(self, path: str) -> Any:
+        async with self.session.get(self.base + path) as response:
+            assert response.status == 200, await response.text()
+            return await response.json()
+
+    async def say(self, text: str) -> None:
+        async with self.session.post(f"{self.base}/room/api/{ROOM}/say", json={"name": "Ann", "text": text}) as r:
+            assert r.status == 200, await r.text()
+
+    async def history(self) -> list[dict[str, Any]]:
+        return list((await self.get(f"/room/api/{ROOM}/snapshot"))["history"])
+
+    async def stop(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        return await asyncio.wait_for(self.process.wait(), timeout=10)
+
+
+@contextlib.asynccontextmanager
+async def fleet(workdir: Path) -> AsyncIterator[Fleet]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "aizuchi",
+        "run",
+        cwd=workdir,
+        env=environment(workdir),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    try:
+        base = None
+        async with asyncio.timeout(30):
+            while base is None:
+                line = (await process.stdout.readline()).decode()
+                assert line, f"aizuchi run ended before it opened the room: {await _stderr(process)}"
+                found = ROOM_LINE.search(line)
+                base = found.group(1) if found else None
+        async with aiohttp.ClientSession() as session:
+            yield Fleet(process, base, session)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def _stderr(process: asyncio.subprocess.Process) -> str:
+    assert process.stderr is not None
+    return (await process.stderr.read()).decode()
+
+
+async def wait_for_persona_message(room: Fleet, within: float = 30.0) -> dict[str, Any]:
+    async with asyncio.timeout(within):
+        while True:
+            said = [m for m in await room.history() if m["author_kind"] == "persona"]
+            if said:
+                return said[0]
+            await asyncio.sleep(0.2)
+
+
+async def test_make_run_without_tokens_opens_a_room_where_personas_answer(tmp_path: Path) -> None:
+    async with fleet(tmp_path) as room:
+        async with room.session.get(f"{room.base}/room/{ROOM}") as page:
+            assert page.status == 200 and "<title>" in await page.text()
+        await room.say("Hello everyone, how was your day?")
+        answer = await wait_for_persona_message(room)
+        assert answer["author_id"] in {"rin", "theo", "juno"}
+        assert answer["tier"] in {"aizuchi", "remark", "long"}
+        before = await room.history()
+        assert await room.stop() == 0
+        assert "Traceback" not in await _stderr(room.process)
+
+    async with fleet(tmp_path) as room:
+        # The same database: the conversation is still there, message for message.
+        assert (await room.history())[: len(before)] == before
+        assert await room.stop() == 0
+
+
+def test_a_missing_persona_directory_is_one_clear_line(tmp_path: Path) -> None:
+    result = run_to_end(tmp_path, "run", AIZUCHI_PERSONAS_DIR=str(tmp_path / "nowhere"))
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"aizuchi: {tmp_path / 'nowhere'}: no such persona directory"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "named"),
+    [
+        ("ARBITER_PORT", "eighty", "port"),
+        ("AIZUCHI_MODE", "chatty", "mode"),
+        ("ARBITER_PERSONA_TOKENS", "not json", "persona_tokens"),
+    ],
+)
+def test_invalid_settings_are_named_and_nothing_starts(tmp_path: Path, variable: str, value: str, named: str) -> None:
+    result = run_to_end(tmp_path, "run", **{variable: value})
+    assert result.returncode == 2
+    assert result.stderr.startswith("aizuchi: invalid settings:")
+    assert named in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "aizuchi.db").exists()
+
+
+def test_the_shipped_personas_are_found_from_any_directory(tmp_path: Path) -> None:
+    result = run_to_end(tmp_path, "personas", "check")
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"\b6 persona\(s\) checked: ok", result.stdout)
