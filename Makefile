@@ -2,6 +2,10 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# The local room's browser test drives Debian's Chromium through Playwright (Playwright's own browser download
+# does not work on machines without internet access). Set before the rules: make expands prerequisites as it
+# reads them.
+BROWSER := /usr/bin/chromium
 
 .PHONY: run test lint clean
 
@@ -30,10 +34,6 @@ $(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
 $(VENV)/.installed-dev: pyproject.toml | $(VENV)/bin/python
 	$(BIN)/pip install --quiet -e '.[dev]'
 	@touch $@ $(VENV)/.installed
-
-# The local room's browser test drives Debian's Chromium through Playwright (Playwright's own browser download
-# does not work on machines without internet access).
-BROWSER := /usr/bin/chromium
 
 $(BROWSER):
 	@if ! command -v apt-get >/dev/null; then \
