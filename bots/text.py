@@ -52,8 +52,13 @@ def clean_reply(text: str, names: Iterable[str], limit: int) -> str:
 
 
 def _normal(text: str) -> str:
+    """The words of ``text`` without case, width or punctuation; for a line of emoji only, its emoji (a nod of
+    👍 says something, and says the same as another 👍)."""
     folded = unicodedata.normalize("NFKC", text).casefold()
-    return "".join(char for char in folded if char.isalnum())
+    words = "".join(char for char in folded if char.isalnum())
+    if words or not is_emoji(folded):
+        return words
+    return "".join(char for char in folded if unicodedata.category(char) == "So")
 
 
 def repeats(text: str, earlier: Iterable[str]) -> bool:

@@ -141,6 +141,9 @@ def test_clean_reply_always_fits_and_never_pings(text: str, limit: int) -> None:
         pytest.param("", [], True, id="nothing-to-say"),
         pytest.param("!!!", ["anything"], True, id="only-punctuation"),
         pytest.param("Hello there.", [], False, id="nothing-earlier"),
+        pytest.param("👍", ["Sounds good."], False, id="an-emoji-nod"),
+        pytest.param("👍🏽", ["👍"], True, id="the-same-emoji-in-another-skin-tone"),
+        pytest.param("👀", ["👍", "🙂"], False, id="another-emoji"),
     ],
 )
 def test_repeats(text: str, earlier: list[str], repeated: bool) -> None:
