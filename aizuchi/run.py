@@ -55,11 +55,19 @@ async def _arbiter_bot(arbiter: Arbiter, settings: ArbiterSettings) -> AsyncIter
 
     bot = ArbiterBot(arbiter.service, guilds=settings.discord_guilds, moderator_role=settings.moderator_role)
     task = asyncio.create_task(acting_as("arbiter-bot", bot.start(settings.discord_token.get_secret_value())))
+    task.add_done_callback(_report_stop)
     try:
         yield
     finally:
         await bot.close()
         await asyncio.gather(task, return_exceptions=True)
+
+
+def _report_stop(task: asyncio.Task[None]) -> None:
+    """discord.py reconnects by itself; its client only stops on what it cannot fix (a refused token, an intent
+    not switched on for the application). Without this the arbiter would go on serving, deaf to Discord."""
+    if not task.cancelled() and task.exception() is not None:
+        _log.error("the arbiter's Discord bot stopped: %s", task.exception())
 
 
 async def run_arbiter(settings: ArbiterSettings) -> None:

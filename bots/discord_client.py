@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import discord
 
@@ -24,6 +24,8 @@ __all__ = ("PersonaClient", "persona_intents")
 
 _log = logging.getLogger(__name__)
 
+_FOLLOW_WITHIN_S = 10.0  # how long a newly joined channel may take to start following before the next is looked at
+
 
 def persona_intents() -> discord.Intents:
     intents = discord.Intents.none()
@@ -33,8 +35,10 @@ def persona_intents() -> discord.Intents:
 
 
 class PersonaClient(discord.Client):
-    def __init__(self, *, refresh_s: float = 60.0) -> None:
-        super().__init__(intents=persona_intents(), allowed_mentions=NO_MENTIONS)
+    def __init__(self, *, refresh_s: float = 60.0, **options: Any) -> None:
+        """``refresh_s``: how often to look for newly enabled channels unprompted; ``options`` go to
+        ``discord.Client`` (``guild_ready_timeout``, for one)."""
+        super().__init__(intents=persona_intents(), allowed_mentions=NO_MENTIONS, **options)
         self.runtime: PersonaRuntime | None = None  # attached once built around this client's platform
         self._refresh_s = refresh_s
         self._refresher: asyncio.Task[None] | None = None
@@ -63,8 +67,11 @@ class PersonaClient(discord.Client):
 
     async def _keep_joining(self) -> None:
         while True:
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that lands as the event is set,
+            # and close() would then wait here for a whole refresh.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._look.wait(), self._refresh_s)
+                async with asyncio.timeout(self._refresh_s):
+                    await self._look.wait()
             self._look.clear()
             await self._join_enabled()
             await asyncio.sleep(1.0)  # a burst of messages makes one look, not one each
@@ -77,9 +84,31 @@ class PersonaClient(discord.Client):
             _log.warning("persona=%s cannot list channels: %s", self.runtime.persona.id, error)
             return
         for channel in listed.channels:
+            channel_id = channel.channel_id
             # Other channels (local rooms, say) have ids that are not Discord snowflakes.
-            if channel.enabled and channel.channel_id.isdigit() and self.get_channel(int(channel.channel_id)):
-                self.runtime.join(channel.channel_id)
+            if not channel.enabled or not channel_id.isdigit() or channel_id in self.runtime.channels:
+                continue
+            if not self._may_post_in(int(channel_id)):
+                continue
+            worker = self.runtime.join(channel_id)
+            try:
+                # Following the channel's events from now on: what is said from here is heard (and logged so).
+                async with asyncio.timeout(_FOLLOW_WITHIN_S):
+                    await worker.ready()
+            except TimeoutError:
+                _log.warning(
+                    "persona=%s: channel %s does not answer yet; it keeps trying", self.runtime.persona.id, channel_id
+                )
+            else:
+                _log.info("persona=%s takes part in channel %s", self.runtime.persona.id, channel_id)
+
+    def _may_post_in(self, channel_id: int) -> bool:
+        """Whether this account sees the channel and may post there (Discord lists every channel of a guild)."""
+        channel = self.get_channel(channel_id)
+        if not isinstance(channel, discord.abc.GuildChannel):
+            return False
+        permissions = channel.permissions_for(channel.guild.me)
+        return permissions.view_channel and permissions.send_messages
 
     async def close(self) -> None:
         if self._refresher is not None:

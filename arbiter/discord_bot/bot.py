@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import discord
 
@@ -30,9 +30,15 @@ def arbiter_intents() -> discord.Intents:
 
 class ArbiterBot(discord.Client):
     def __init__(
-        self, service: ArbiterService, *, guilds: list[int] | None = None, moderator_role: str | None = None
+        self,
+        service: ArbiterService,
+        *,
+        guilds: list[int] | None = None,
+        moderator_role: str | None = None,
+        **options: Any,
     ) -> None:
-        super().__init__(intents=arbiter_intents(), allowed_mentions=discord.AllowedMentions.none())
+        """``options`` go to ``discord.Client`` (``guild_ready_timeout``, for one)."""
+        super().__init__(intents=arbiter_intents(), allowed_mentions=discord.AllowedMentions.none(), **options)
         self.service = service
         self.tree = ModeratorTree(self)
         self.tree.add_command(ModeratorCommands(service, moderator_role=moderator_role))

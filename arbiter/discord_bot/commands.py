@@ -29,8 +29,13 @@ class NotAllowed(app_commands.CheckFailure):
 
 class ModeratorTree(app_commands.CommandTree[discord.Client]):
     async def on_error(self, interaction: discord.Interaction, error: app_commands.AppCommandError) -> None:
+        original = getattr(error, "original", error)
         if isinstance(error, NotAllowed):
             message = str(error)
+        elif isinstance(original, discord.HTTPException):
+            # Discord refused the answer, not the arbiter the command: what the command did is done.
+            _log.warning("could not answer a slash command: %s", original)
+            message = "Discord did not take my answer just now; `/aizuchi status` shows whether anything changed."
         else:
             _log.exception("slash command failed", exc_info=error)
             message = "Something went wrong on the arbiter's side; nothing was changed. Try again in a moment."
