@@ -69,6 +69,7 @@ class Intent:
     GUILD_MESSAGES = 1 << 9
     GUILD_MESSAGE_REACTIONS = 1 << 10
     GUILD_MESSAGE_TYPING = 1 << 11
+    DIRECT_MESSAGES = 1 << 12
     MESSAGE_CONTENT = 1 << 15
 
 

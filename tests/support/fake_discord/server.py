@@ -3,8 +3,9 @@
 Entering it starts an aiohttp server on 127.0.0.1 and points discord.py at it (``discord.http.Route.BASE`` and
 ``discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY``, class attributes, so every client in the process uses it;
 both are restored on exit). The test builds the world (guilds, channels, roles, humans, bots), plays the humans
-(``human_says``, ``edit``, ``delete``, ``react``, ``invoke``), breaks things (``fail_next``, ``drop``,
-``invalidate``), and reads what happened (``requests``, ``channel.messages``, ``gateway_log``).
+(``human_says``, ``edit``, ``delete``, ``bulk_delete``, ``human_dms``, ``react``, ``invoke``), breaks things
+(``fail_next``, ``drop``, ``invalidate``), and reads what happened (``requests``, ``channel.messages``,
+``gateway_log``).
 """
 
 from __future__ import annotations
@@ -102,6 +103,8 @@ class FakeDiscord:
         self.gateway_log: list[GatewayOp] = []
         self.sessions: list[Session] = []
         self.interactions: dict[int, InteractionResult] = {}
+        self.direct_messages: list[dict[str, Any]] = []  # payloads, as sent
+        self._dm_channels: dict[tuple[int, int], int] = {}  # (user id, bot id) -> DM channel id
 
         self._connections: list[Connection] = []
         self._failures: list[FailureRule] = []
@@ -364,6 +367,58 @@ class FakeDiscord:
         """Delete a message -> MESSAGE_DELETE to the bots that could see it."""
         self._apply_delete(message)
         await self.flush()
+
+    async def bulk_delete(self, messages: Sequence[FakeMessage]) -> None:
+        """A moderator deletes several messages of one channel at once -> one MESSAGE_DELETE_BULK to the bots."""
+        if not messages:
+            return
+        channel = messages[0].channel
+        if any(message.channel is not channel for message in messages):
+            raise ValueError("a bulk deletion is of one channel's messages")
+        for message in messages:
+            message.deleted = True
+        data = {
+            "ids": [str(message.id) for message in messages],
+            "channel_id": str(channel.id),
+            "guild_id": str(channel.guild.id),
+        }
+        for session in self._sessions_in(channel.guild, intent=Intent.GUILD_MESSAGES, channel=channel):
+            session.dispatch("MESSAGE_DELETE_BULK", data)
+        self._notify()
+        await self.flush()
+
+    async def human_dms(self, user: FakeUser, bot: FakeBot, content: str) -> dict[str, Any]:
+        """``user`` sends ``bot`` a direct message. As on Discord, only the bot's sessions that asked for the
+        DIRECT_MESSAGES intent get it (MESSAGE_CREATE without a guild_id; a DM's content needs no privileged
+        intent). Returns the message payload; DMs are kept in ``direct_messages``."""
+        if user.bot:
+            raise ValueError("human_dms is for people")
+        channel_id = self._dm_channels.setdefault((user.id, bot.id), self.snowflake())
+        data: dict[str, Any] = {
+            "id": str(self.snowflake()),
+            "type": 0,
+            "channel_id": str(channel_id),
+            "author": user.payload(),
+            "content": content,
+            "timestamp": iso(self.clock()),
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": False,
+            "mentions": [],
+            "mention_roles": [],
+            "attachments": [],
+            "embeds": [],
+            "components": [],
+            "pinned": False,
+            "flags": 0,
+        }
+        self.direct_messages.append(data)
+        for session in self._live_sessions(bot):
+            if session.has(Intent.DIRECT_MESSAGES):
+                session.dispatch("MESSAGE_CREATE", data)
+        self._notify()
+        await self.flush()
+        return data
 
     async def react(self, user: FakeUser, message: FakeMessage, emoji: str) -> None:
         """``user`` adds a reaction (a unicode emoji, or ``name:id`` for a custom one) -> MESSAGE_REACTION_ADD."""

@@ -1,0 +1,129 @@
+"""The whole fleet on the fake Discord, in process: the arbiter served on a localhost port (tests.support.fleet's
+``live_arbiter``) with its own bot, and one real ``PersonaClient`` per persona, each with its runtime posting
+through ``DiscordPlatform``. Every piece is the production one; only Discord is local.
+
+Time is real but short (tests.support.fleet.FAST waits, CHANNEL_DEFAULTS refunds): the personas wait on the
+event loop's clock, so a frozen arbiter clock would stall them. Tests assert what must hold whatever the order
+of the personas' moves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from arbiter.contract import AuthorKind
+from arbiter.discord_bot import ArbiterBot
+from bots.discord_client import PersonaClient
+from bots.llm.scripted import ScriptedProvider
+from bots.platforms.discord import DiscordPlatform
+from bots.runtime import PersonaRuntime, RuntimeConfig
+from tests.support.fake_discord import FAST_READY, running
+from tests.support.fleet import FAST, RecordingProvider, eventually
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Sequence
+
+    from arbiter.contract import MessageView
+    from bots.persona import Persona
+    from tests.discord.conftest import World
+    from tests.support.fake_discord import FakeMessage
+    from tests.support.fleet import Live
+
+__all__ = ("DiscordFleet", "discord_fleet", "scripted")
+
+
+def scripted(persona: Persona, *, seed: int) -> RecordingProvider:
+    return RecordingProvider(ScriptedProvider(persona.samples.aizuchi, persona.samples.remarks, seed=seed))
+
+
+@dataclass
+class DiscordFleet:
+    world: World
+    live: Live
+    bot: ArbiterBot
+    clients: dict[str, PersonaClient] = field(default_factory=dict)
+    providers: dict[str, RecordingProvider] = field(default_factory=dict)
+    runtimes: dict[str, PersonaRuntime] = field(default_factory=dict)
+
+    @property
+    def channel_id(self) -> str:
+        return str(self.world.lounge.id)
+
+    async def history(self) -> list[MessageView]:
+        return await self.live.history(self.channel_id)
+
+    def persona_posts(self) -> list[FakeMessage]:
+        """What the persona bots posted in the lounge (and is still there)."""
+        return [m for m in self.world.lounge.messages if self.world.persona_of(m.author) is not None]
+
+    def posted_by(self, persona_id: str) -> list[FakeMessage]:
+        account = self.world.personas[persona_id]
+        return [m for m in self.world.lounge.messages if m.author is account]
+
+    async def persona_lines(self) -> list[MessageView]:
+        return [m for m in await self.history() if m.author_kind is AuthorKind.PERSONA]
+
+    async def settled(self, within: float = 10.0) -> None:
+        """Every persona idle, caught up and holding no claim; and every message the personas were granted is on
+        Discord (posted or given as a reaction) and linked to it."""
+        await self.live.settled(self.channel_id, within=within)
+
+        async def linked() -> bool:
+            return all(m.platform_message_id for m in await self.persona_lines())
+
+        await eventually(linked, within=within, what="every persona message linked to its Discord message")
+
+    async def status(self, persona_id: str | None = None) -> Any:
+        return await self.live.status(self.channel_id, persona_id)
+
+
+@contextlib.asynccontextmanager
+async def discord_fleet(
+    world: World,
+    live: Live,
+    personas: Sequence[Persona],
+    *,
+    seed: int = 0,
+    config: RuntimeConfig = FAST,
+    providers: dict[str, RecordingProvider] | None = None,
+    channel: dict[str, Any] | None = None,
+    client_type: type[PersonaClient] = PersonaClient,
+    refresh_s: float = 60.0,
+) -> AsyncIterator[DiscordFleet]:
+    """Enable the lounge (with ``channel`` settings over the fast test defaults), start the arbiter's bot and one
+    ``client_type`` per persona, and wait until every persona follows the lounge. Clients close first on the way
+    out, then the runtimes (``live`` closes them), as ``aizuchi run`` does."""
+    await live.channel(str(world.lounge.id), **(channel or {}))
+    bot = ArbiterBot(live.service, guilds=[world.guild.id], guild_ready_timeout=FAST_READY)
+    fleet = DiscordFleet(world, live, bot)
+    async with contextlib.AsyncExitStack() as stack:
+        await stack.enter_async_context(running(bot, world.arbiter.token))
+        for index, persona in enumerate(personas):
+            client = client_type(refresh_s=refresh_s, guild_ready_timeout=FAST_READY)
+            provider = (providers or {}).get(persona.id) or scripted(persona, seed=seed + index)
+            runtime = PersonaRuntime(
+                persona,
+                provider,
+                live.client(persona.id),
+                DiscordPlatform(client),
+                config=config,
+                rng=random.Random(seed + index),
+            )
+            client.runtime = runtime
+            live.runtimes.append(runtime)  # live closes it (releasing any claim) after the client
+            fleet.clients[persona.id] = client
+            fleet.providers[persona.id] = provider
+            fleet.runtimes[persona.id] = runtime
+            await stack.enter_async_context(running(client, world.personas[persona.id].token))
+        for runtime in fleet.runtimes.values():
+            await eventually(partial(_joined, runtime, fleet.channel_id), what=f"{runtime.persona.id} joins")
+            await runtime.join(fleet.channel_id).ready()
+        yield fleet
+
+
+def _joined(runtime: PersonaRuntime, channel_id: str) -> bool:
+    return channel_id in runtime.channels

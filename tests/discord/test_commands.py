@@ -1,0 +1,432 @@
+"""``/aizuchi``: the moderators' slash commands, run by people in the local Discord against the arbiter's bot.
+
+Each command's effect is read back from the arbiter (its settings, its history), compared as a whole with what
+it was before, so a command that changed something else as well would fail too. The arbiter runs on the fake
+clock (tests.conftest's ``arbiter``): the status's refund countdown and today's token use are exact.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+import discord
+import pytest
+
+from arbiter.contract import Tier
+from tests.discord.conftest import arbiter_bot
+from tests.support.fake_discord import InvalidInvocation, running
+
+if TYPE_CHECKING:
+    from arbiter.discord_bot import ArbiterBot
+    from arbiter.server import Arbiter
+    from tests.discord.conftest import World
+    from tests.support.clock import FakeClock
+    from tests.support.fake_discord import FakeUser, InteractionResult
+
+pytestmark = pytest.mark.usefixtures("bot")
+
+
+def flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    """{"tiers.remark.cost": 60, ...}: nested settings as one level of dotted paths."""
+    if not isinstance(value, dict):
+        return {prefix: value}
+    found: dict[str, Any] = {}
+    for key, inner in value.items():
+        found.update(flat(inner, f"{prefix}.{key}" if prefix else str(key)))
+    return found
+
+
+async def settings_of(arbiter: Arbiter, world: World) -> dict[str, Any]:
+    return flat((await arbiter.service.settings(str(world.lounge.id))).model_dump(mode="json"))
+
+
+def changed(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    return {path: value for path, value in after.items() if before.get(path) != value}
+
+
+async def run(
+    world: World, user: FakeUser, command: str, options: dict[str, Any] | None = None, **extra: Any
+) -> InteractionResult:
+    return await world.fake.invoke(user, world.lounge, f"aizuchi {command}", options or {}, **extra)
+
+
+@pytest.fixture
+async def lounge(arbiter: Arbiter, world: World) -> str:
+    """The lounge with the fleet on (default settings)."""
+    await arbiter.service.ensure_channel(str(world.lounge.id))
+    return str(world.lounge.id)
+
+
+# --- what each command does -------------------------------------------------------------------------------
+
+ALL_RECOVERY = {f"tiers.{tier}.recovery_s": 2.5 for tier in ("aizuchi", "remark", "long")}
+
+
+@pytest.mark.parametrize(
+    ("command", "options", "prior", "effect", "reply"),
+    [
+        pytest.param("disable", {}, {}, {"enabled": False}, "off in this channel", id="disable"),
+        pytest.param("enable", {}, {"enabled": False}, {"enabled": True}, "on in this channel", id="enable-again"),
+        pytest.param("pause", {}, {}, {"paused": True}, "Paused", id="pause"),
+        pytest.param("resume", {}, {"paused": True}, {"paused": False}, "Resumed", id="resume"),
+        pytest.param("capacity", {"value": 150}, {}, {"capacity": 150}, "holds 150", id="capacity"),
+        pytest.param("recovery", {"seconds": 2.5}, {}, ALL_RECOVERY, "2.5 s", id="recovery-all-tiers"),
+        pytest.param(
+            "recovery", {"seconds": 1, "tier": "long"}, {}, {"tiers.long.recovery_s": 1.0}, "long: 1 s", id="recovery"
+        ),
+        pytest.param(
+            "tier",
+            {"tier": "remark", "cost": 40, "length": 100},
+            {},
+            {"tiers.remark.cost": 40, "tiers.remark.max_length": 100},
+            "remark: cost 40, length 100",
+            id="tier-cost-and-length",
+        ),
+        pytest.param(
+            "tier", {"tier": "aizuchi", "length": 30}, {}, {"tiers.aizuchi.max_length": 30}, "length 30", id="tier"
+        ),
+        pytest.param("idle-cap", {"turns": 5}, {}, {"idle_cap": 5}, "after 5 turns", id="idle-cap"),
+        pytest.param("budget", {"tokens": 1000}, {}, {"daily_token_budget": 1000}, "1,000", id="budget"),
+        pytest.param("budget", {}, {}, {"daily_token_budget": None}, "No daily token budget", id="no-budget"),
+        pytest.param("topic", {"text": "ramen"}, {}, {"topic": "ramen"}, "Topic: ramen", id="topic"),
+        pytest.param("topic", {}, {"topic": "soba"}, {"topic": ""}, "Topic cleared", id="clear-topic"),
+    ],
+)
+async def test_a_moderator_changes_a_setting(
+    *,
+    arbiter: Arbiter,
+    world: World,
+    lounge: str,
+    command: str,
+    options: dict[str, Any],
+    prior: dict[str, Any],
+    effect: dict[str, Any],
+    reply: str,
+) -> None:
+    if prior:
+        await arbiter.service.update_settings(lounge, prior)
+    before = await settings_of(arbiter, world)
+
+    result = await run(world, world.mod, command, options)
+
+    assert changed(before, await settings_of(arbiter, world)) == effect
+    assert result.ephemeral
+    assert result.content is not None and reply in result.content
+
+
+@pytest.mark.parametrize(
+    ("action", "prior", "effect"),
+    [
+        ("mute", {}, {"personas.kai.muted": True}),
+        ("unmute", {"muted": True}, {"personas.kai.muted": False}),
+        ("disable", {}, {"personas.kai.enabled": False}),
+        ("enable", {"enabled": False}, {"personas.kai.enabled": True}),
+    ],
+)
+async def test_a_moderator_sets_one_personas_part(
+    *, arbiter: Arbiter, world: World, lounge: str, action: str, prior: dict[str, bool], effect: dict[str, bool]
+) -> None:
+    if prior:
+        await arbiter.service.set_persona(lounge, "kai", **prior)
+    before = await settings_of(arbiter, world)
+
+    result = await run(world, world.mod, "persona", {"persona": "kai", "action": action})
+
+    assert changed(before, await settings_of(arbiter, world)) == effect
+    assert result.ephemeral and result.content == f"kai: {action}d."
+
+
+async def test_enable_sets_the_fleet_up_in_a_new_channel(arbiter: Arbiter, world: World) -> None:
+    assert (await arbiter.service.channels()).channels == []
+
+    result = await run(world, world.mod, "enable")
+
+    [channel] = (await arbiter.service.channels()).channels
+    assert (channel.channel_id, channel.enabled) == (str(world.lounge.id), True)
+    assert result.ephemeral and result.content == "aizuchi is on in this channel."
+
+
+async def test_clear_history_forgets_the_channel_when_its_name_is_typed(
+    arbiter: Arbiter, world: World, lounge: str
+) -> None:
+    for text in ("one", "two", "three"):
+        await world.fake.human_says(world.lounge, world.member, text)
+    await world.fake.wait_until(lambda: len(world.lounge.messages) == 3)
+    await _recorded(arbiter, lounge, 3)
+
+    refused = await run(world, world.mod, "clear-history", {"confirm": "lobby"})
+    assert len((await arbiter.service.history(lounge)).messages) == 3
+    cleared = await run(world, world.mod, "clear-history", {"confirm": "#lounge"})
+
+    assert (await arbiter.service.history(lounge)).messages == []
+    assert refused.ephemeral and refused.content == "Not cleared: to confirm, type the channel's name (lounge) exactly."
+    assert cleared.ephemeral and cleared.content == "Cleared 3 messages from the personas' memory of this channel."
+
+
+async def _recorded(arbiter: Arbiter, channel_id: str, count: int) -> None:
+    from tests.support.fleet import eventually
+
+    async def enough() -> bool:
+        return len((await arbiter.service.history(channel_id)).messages) >= count
+
+    await eventually(enough, what=f"{count} messages recorded")
+
+
+# --- the status -------------------------------------------------------------------------------------------
+
+
+async def test_status_shows_the_pool_the_tiers_the_idle_cap_the_personas_and_the_tokens(
+    arbiter: Arbiter, world: World, lounge: str, clock: FakeClock
+) -> None:
+    service = arbiter.service
+    await service.register_persona("hana", "Hana")
+    await service.register_persona("kai", "Kai")
+    await service.update_settings(
+        lounge,
+        {"idle_cap": 4, "daily_token_budget": 50_000, "topic": "weekend plans", "tiers": {"long": {"recovery_s": 8}}},
+    )
+    await service.set_persona(lounge, "kai", muted=True)
+    await service.set_persona(lounge, "mio", enabled=False)
+    await service.record_message(lounge, author_id="bob", author_name="Bob", text="hi")
+    await service.consume(lounge, "hana", "Hello Bob, good to see you here today.", tier=Tier.REMARK)
+    await service.report_usage(lounge, "hana", 1_200, 34)
+    clock.advance(2.0)
+
+    result = await run(world, world.mod, "status")
+
+    text = result.content or ""
+    assert result.ephemeral
+    # The gauge: 40 of 100 left, so 8 of 20 cells full; and the remark's 60 come back in 3 of its 5 seconds.
+    assert f"`{'█' * 8}{'░' * 12}` 40 / 100" in text
+    assert "+60 in 3.0 s" in text
+    assert "aizuchi 5 (≤24 cols, back in 5 s)" in text
+    assert "remark 60 (≤120 cols, back in 5 s)" in text
+    assert "long 80 (≤240 cols, back in 8 s)" in text
+    assert "1 of 4 bot turns" in text
+    assert "Tokens today: 1,234 / 50,000" in text
+    assert "Personas: Hana (on), Kai (muted), mio (off)" in text
+    assert "Topic: weekend plans" in text
+    assert "running" in text
+
+
+async def test_status_says_when_the_fleet_is_paused_and_without_a_budget(
+    arbiter: Arbiter, world: World, lounge: str
+) -> None:
+    await arbiter.service.update_settings(lounge, {"paused": True, "daily_token_budget": None})
+
+    text = (await run(world, world.mod, "status")).content or ""
+
+    assert "paused" in text
+    assert "Tokens today: 0 / no budget" in text
+    assert f"`{'█' * 20}` 100 / 100" in text
+
+
+async def test_status_in_a_channel_without_the_fleet_says_how_to_enable_it(arbiter: Arbiter, world: World) -> None:
+    result = await run(world, world.mod, "status")
+
+    assert result.ephemeral and result.content is not None and "`/aizuchi enable`" in result.content
+    assert (await arbiter.service.channels()).channels == []
+
+
+# --- who may use the commands -----------------------------------------------------------------------------
+
+
+def test_the_commands_are_registered_for_the_guild_with_a_moderators_default(world: World) -> None:
+    [group] = world.fake.registered(world.arbiter, world.guild)
+
+    assert group["name"] == "aizuchi"
+    assert group["default_member_permissions"] == str(discord.Permissions(manage_channels=True).value)
+    assert group.get("contexts") in (None, [0])  # server channels only, no DMs
+    subcommands = sorted(option["name"] for option in group["options"])
+    assert subcommands == sorted(
+        [
+            "status",
+            "enable",
+            "disable",
+            "pause",
+            "resume",
+            "capacity",
+            "recovery",
+            "tier",
+            "idle-cap",
+            "budget",
+            "topic",
+            "persona",
+            "clear-history",
+        ]
+    )
+    assert world.fake.registered(world.arbiter) == []  # nothing global: guild commands show up at once
+
+
+@pytest.mark.parametrize("who", ["mod", "deckhand"])
+async def test_a_moderator_by_permission_or_by_role_is_allowed(
+    arbiter: Arbiter, world: World, lounge: str, who: str
+) -> None:
+    # The crew role grants no permission: Discord's client would hide the command unless an admin opened it.
+    result = await run(world, getattr(world, who), "pause", enforce_default_permissions=False)
+
+    assert (await arbiter.service.settings(lounge)).paused
+    assert result.ephemeral and result.content is not None and result.content.startswith("Paused")
+
+
+@pytest.mark.parametrize(
+    ("command", "options"),
+    [
+        ("pause", {}),
+        ("capacity", {"value": 10}),
+        ("topic", {"text": "spam"}),
+        ("persona", {"persona": "kai", "action": "mute"}),
+        ("clear-history", {"confirm": "lounge"}),
+        ("disable", {}),
+        ("status", {}),
+    ],
+)
+async def test_a_plain_member_is_refused_and_nothing_changes(
+    arbiter: Arbiter, world: World, lounge: str, command: str, options: dict[str, Any]
+) -> None:
+    await world.fake.human_says(world.lounge, world.member, "I was here")
+    await _recorded(arbiter, lounge, 1)
+    before = await settings_of(arbiter, world)
+
+    # As if a server admin had opened /aizuchi to everyone: the bot's own check must still refuse.
+    result = await run(world, world.member, command, options, enforce_default_permissions=False)
+
+    assert result.ephemeral
+    assert result.content == "Only moderators can use /aizuchi here: it needs Manage Channels or the aizuchi crew role."
+    assert await settings_of(arbiter, world) == before
+    assert len((await arbiter.service.history(lounge)).messages) == 1
+
+
+async def test_discords_client_hides_the_commands_from_plain_members(world: World, lounge: str) -> None:
+    with pytest.raises(InvalidInvocation, match="default member permissions"):
+        await run(world, world.member, "pause")
+
+
+async def test_without_a_moderator_role_only_manage_channels_counts(
+    arbiter: Arbiter, world: World, lounge: str, bot: ArbiterBot
+) -> None:
+    await bot.close()  # this test's arbiter bot is configured without a moderator role
+    plain = arbiter_bot(arbiter, world, moderator_role=None)
+    async with running(plain, world.arbiter.token):
+        refused = await run(world, world.deckhand, "pause", enforce_default_permissions=False)
+        allowed = await run(world, world.mod, "resume")
+
+    assert refused.content == "Only moderators can use /aizuchi here: it needs Manage Channels."
+    assert allowed.content == "Resumed."
+    assert not (await arbiter.service.settings(lounge)).paused
+
+
+# --- invalid values -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "options", "says", "validate"),
+    [
+        pytest.param("capacity", {"value": 0}, "capacity must be between 1", True, id="capacity-zero"),
+        pytest.param(
+            "capacity", {"value": 70}, "long costs 80, more than the capacity 70", True, id="capacity-below-a-tier"
+        ),
+        pytest.param("capacity", {"value": 2_000_000}, "capacity must be between", True, id="capacity-huge"),
+        pytest.param("recovery", {"seconds": -1}, "recovery_s must be between 0", True, id="recovery-negative"),
+        pytest.param(
+            "recovery", {"seconds": 4000, "tier": "remark"}, "recovery_s must be", True, id="recovery-too-long"
+        ),
+        pytest.param(
+            "tier", {"tier": "remark", "cost": 0}, "tiers.remark.cost must be between 1", True, id="cost-zero"
+        ),
+        pytest.param(
+            "tier", {"tier": "remark", "cost": 2}, "remark must cost at least as much as aizuchi", True, id="order"
+        ),
+        pytest.param(
+            "tier", {"tier": "long", "length": 5000}, "max_length must be between", True, id="length-too-long"
+        ),
+        pytest.param("tier", {"tier": "long"}, "Give a cost, a length or both.", True, id="tier-without-values"),
+        pytest.param("idle-cap", {"turns": 0}, "idle_cap must be between 1", True, id="idle-cap-zero"),
+        pytest.param("budget", {"tokens": -5}, "daily_token_budget must be between 0", True, id="budget-negative"),
+        pytest.param("topic", {"text": "x" * 301}, "topic is longer than 300", True, id="topic-too-long"),
+        pytest.param(
+            "persona", {"persona": "zed", "action": "mute"}, "No persona 'zed' here", True, id="unknown-persona"
+        ),
+        pytest.param("tier", {"tier": "huge", "cost": 70}, "unknown tier 'huge'", False, id="stale-client-tier"),
+        pytest.param("capacity", {"value": "lots"}, "capacity must be a number", False, id="stale-client-type"),
+    ],
+)
+async def test_an_invalid_value_is_refused_and_nothing_changes(
+    *, arbiter: Arbiter, world: World, lounge: str, command: str, options: dict[str, Any], says: str, validate: bool
+) -> None:
+    before = await settings_of(arbiter, world)
+
+    # validate=False: values only a Discord client with an outdated registration could send.
+    result = await run(world, world.mod, command, options, validate=validate)
+
+    assert result.ephemeral
+    assert result.content is not None and says in result.content
+    assert await settings_of(arbiter, world) == before
+
+
+async def test_a_command_in_a_channel_without_the_fleet_changes_nothing(arbiter: Arbiter, world: World) -> None:
+    for command, options in (
+        ("pause", {}),
+        ("capacity", {"value": 120}),
+        ("persona", {"persona": "kai", "action": "mute"}),
+    ):
+        result = await run(world, world.mod, command, options)
+        assert result.ephemeral and result.content is not None and "/aizuchi enable" in result.content
+
+    assert (await arbiter.service.channels()).channels == []
+
+
+async def test_the_persona_option_suggests_matching_personas(arbiter: Arbiter, world: World, lounge: str) -> None:
+    await arbiter.service.register_persona("kai", "Kai", ["Kaito"])
+
+    by_id = await world.fake.autocomplete(
+        world.mod, world.lounge, "aizuchi persona", {"persona": "ka"}, focused="persona"
+    )
+    by_name = await world.fake.autocomplete(
+        world.mod, world.lounge, "aizuchi persona", {"persona": "MI"}, focused="persona"
+    )
+    everyone = await world.fake.autocomplete(
+        world.mod, world.lounge, "aizuchi persona", {"persona": ""}, focused="persona"
+    )
+
+    assert by_id == [{"name": "Kai (kai)", "value": "kai"}]
+    assert by_name == [{"name": "mio (mio)", "value": "mio"}]
+    assert [choice["value"] for choice in everyone] == ["hana", "kai", "mio"]
+
+
+async def test_the_commands_answers_reach_no_one_else(world: World, lounge: str) -> None:
+    results = [await run(world, world.mod, command) for command in ("status", "pause", "resume")]
+
+    assert all(result.ephemeral for result in results)
+    assert world.lounge.messages == []  # nothing posted in the channel for everyone
+    assert not any(re.search(r"<@|@everyone|@here", result.content or "") for result in results)
+
+
+async def test_a_command_that_fails_gets_an_apology_and_changes_nothing(
+    arbiter: Arbiter, world: World, lounge: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    before = await settings_of(arbiter, world)
+
+    # A Discord client with an outdated registration sends an action the command does not know.
+    result = await run(world, world.mod, "persona", {"persona": "kai", "action": "explode"}, validate=False)
+
+    assert result.ephemeral
+    assert result.content == "Something went wrong on the arbiter's side; nothing was changed. Try again in a moment."
+    assert await settings_of(arbiter, world) == before
+    assert any(record.message == "slash command failed" and record.exc_info for record in caplog.records)
+
+
+async def test_an_answer_discord_did_not_take_does_not_claim_nothing_changed(
+    arbiter: Arbiter, world: World, lounge: str
+) -> None:
+    world.fake.fail_next("POST", "/interactions/{interaction_id}/{token}/callback", 404)
+
+    result = await run(world, world.mod, "pause")
+
+    # The pause was made before the answer failed: the second answer must not say that nothing changed.
+    assert (await arbiter.service.settings(lounge)).paused
+    assert result.ephemeral
+    assert (
+        result.content == "Discord did not take my answer just now; `/aizuchi status` shows whether anything changed."
+    )

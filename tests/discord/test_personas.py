@@ -1,0 +1,245 @@
+"""The persona bots on Discord: which channels they take part in, how they post (never pinging anyone), that they
+type while they think, nod with reactions when their persona says so, and what happens to a post Discord
+refuses. The fleet runs in process (tests.discord.fleet); the local Discord records what each bot did."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import discord
+import pytest
+
+from arbiter.contract import AuthorKind, Tier
+from bots.discord_client import PersonaClient
+from bots.errors import PostFailed
+from bots.platforms.discord import DiscordPlatform
+from tests.discord.fleet import discord_fleet
+from tests.support.fake_discord import FAST_READY, Intent, Op, Overwrite, Perm, RecordingClient, running
+from tests.support.fleet import eventually, make_persona
+
+if TYPE_CHECKING:
+    from bots.persona import Persona
+    from tests.discord.conftest import World
+    from tests.discord.fleet import DiscordFleet
+    from tests.support.fake_discord import FakeDiscord, FakeMessage
+    from tests.support.fleet import Live
+
+SLOW_REFUNDS = {tier: {"recovery_s": 60.0} for tier in ("aizuchi", "remark", "long")}
+PRIVILEGED = Intent.MESSAGE_CONTENT | Intent.GUILD_MEMBERS | Intent.GUILD_PRESENCES
+
+
+def eager(persona_id: str, **overrides: object) -> Persona:
+    persona = make_persona(persona_id, talkativeness=1.0, extraversion=1.0, agreeableness=1.0)
+    return persona.model_copy(update=overrides)
+
+
+async def ask(fleet: DiscordFleet, persona_id: str, text: str) -> FakeMessage:
+    """The member asks one persona something, @mentioning its bot."""
+    world = fleet.world
+    return await world.fake.human_says(world.lounge, world.member, text, mentions=[world.personas[persona_id]])
+
+
+# --- posting ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [403, 404, 503])
+async def test_a_post_discord_refuses_is_retracted_and_refunded(
+    fake: FakeDiscord, world: World, live: Live, status: int
+) -> None:
+    hana = world.personas["hana"]
+    refusal = fake.fail_next("POST", f"/channels/{world.lounge.id}/messages", status, bot=hana)
+    async with discord_fleet(world, live, [make_persona("hana")], channel={"tiers": SLOW_REFUNDS}) as fleet:
+        asked = await ask(fleet, "hana", "are you there?")
+        await eventually(lambda: fleet.runtimes["hana"].stats.wasted == 1, what="the failed post")
+        await fleet.settled()
+        after_failure = await fleet.status()
+        history_after_failure = await fleet.history()
+
+        # The persona is none the worse for it: asked again, it answers.
+        again = await ask(fleet, "hana", "hello?")
+        await eventually(lambda: fleet.posted_by("hana"), what="hana's answer")
+        await fleet.settled()
+        final = await fleet.history()
+
+    assert refusal.used == 1 and refusal.hits[0].status == status
+    # Retracted: out of the history; refunded at once, though a remark takes a minute to come back here.
+    assert [m.platform_message_id for m in history_after_failure] == [str(asked.id)]
+    assert (after_failure.level, after_failure.refunds) == (after_failure.capacity, [])
+    [post] = fleet.posted_by("hana")
+    assert [m.id for m in world.lounge.messages] == [asked.id, again.id, post.id]
+    assert [(m.author_kind, m.platform_message_id) for m in final] == [
+        (AuthorKind.HUMAN, str(asked.id)),
+        (AuthorKind.HUMAN, str(again.id)),
+        (AuthorKind.PERSONA, str(post.id)),
+    ]
+
+
+async def test_the_persona_types_while_it_generates(fake: FakeDiscord, world: World, live: Live) -> None:
+    watcher = fake.add_bot("watcher")
+    bystander = RecordingClient(intents=discord.Intents(guilds=True, guild_typing=True))
+    async with (
+        running(bystander, watcher.token),
+        discord_fleet(world, live, [make_persona("hana")]) as fleet,
+    ):
+        fleet.providers["hana"].hold()
+        await ask(fleet, "hana", "what are you reading?")
+        await eventually(lambda: fleet.providers["hana"].waiting == 1, what="hana generating")
+        await fake.wait_until(lambda: bystander.typing_events, what="a typing indicator")
+        typing_while_thinking = [e.user_id for e in bystander.typing_events]
+        posted_while_thinking = list(fleet.posted_by("hana"))
+        fleet.providers["hana"].open()
+        await eventually(lambda: fleet.posted_by("hana"), what="hana's answer")
+
+    hana = world.personas["hana"]
+    assert typing_while_thinking == [hana.id]
+    assert posted_while_thinking == []
+    typing, post = (
+        fake.requests_to("POST", f"/channels/{world.lounge.id}/typing", bot=hana)[0],
+        fake.requests_to("POST", f"/channels/{world.lounge.id}/messages", bot=hana)[0],
+    )
+    assert fake.requests.index(typing) < fake.requests.index(post)
+
+
+async def test_a_persona_without_permission_to_type_still_answers(fake: FakeDiscord, world: World, live: Live) -> None:
+    fake.fail_next("POST", f"/channels/{world.lounge.id}/typing", 403, bot=world.personas["hana"])
+    async with discord_fleet(world, live, [make_persona("hana")]) as fleet:
+        await ask(fleet, "hana", "still there?")
+        await eventually(lambda: fleet.posted_by("hana"), what="hana's answer")
+        await fleet.settled()
+        lines = await fleet.persona_lines()
+
+    assert [m.platform_message_id for m in lines] == [str(m.id) for m in fleet.posted_by("hana")]
+
+
+async def test_a_persona_that_nods_with_emoji_reacts_instead_of_posting(world: World, live: Live) -> None:
+    emoji = ("👍", "😮", "🙂", "👀")
+    personas = [eager("hana"), eager("mio", react_with_emoji=True, samples=make_persona("mio", aizuchi=emoji).samples)]
+    async with discord_fleet(world, live, personas, channel={"idle_cap": 2}) as fleet:
+        for provider in fleet.providers.values():
+            provider.hold()
+        asked = await ask(fleet, "hana", "any plans for the weekend?")
+        await eventually(lambda: all(p.waiting == 1 for p in fleet.providers.values()), what="both generating")
+        fleet.providers["mio"].open()
+        fleet.providers["hana"].open()
+        await fleet.settled()
+        lines = await fleet.persona_lines()
+
+    mio = world.personas["mio"]
+    [nod] = [m for m in lines if m.author_id == "mio"]
+    assert nod.tier is Tier.AIZUCHI and nod.text in emoji
+    assert asked.reactions == {nod.text: [mio]}
+    assert nod.platform_message_id is not None and nod.platform_message_id.startswith(f"reaction-{asked.id}-")
+    assert fleet.posted_by("mio") == []
+
+
+async def test_the_platform_pings_nobody_whatever_the_text(fake: FakeDiscord, world: World) -> None:
+    # The runtime strips mention syntax before posting; the platform must not ping even if it did not.
+    kai = world.personas["kai"]
+    client = PersonaClient(guild_ready_timeout=FAST_READY)
+    platform = DiscordPlatform(client)
+    text = f"{world.member.mention} {world.mods.mention} @everyone @here look"
+    async with running(client, kai.token):
+        posted = await platform.post(str(world.lounge.id), text)
+
+    [message] = world.lounge.messages
+    assert (str(message.id), message.content) == (posted.platform_message_id, text)
+    assert not message.live_mentions
+    assert message.allowed_mentions == {"parse": []}
+    assert fake.permissions(kai, world.lounge) & Perm.MENTION_EVERYONE  # it could have pinged everyone
+
+
+async def test_the_platform_reports_a_refused_post_and_a_refused_reaction(fake: FakeDiscord, world: World) -> None:
+    kai = world.personas["kai"]
+    said = await fake.human_says(world.lounge, world.member, "hi")
+    client = PersonaClient(guild_ready_timeout=FAST_READY)
+    platform = DiscordPlatform(client)
+    fake.fail_next("POST", f"/channels/{world.lounge.id}/messages", 403, bot=kai)
+    async with running(client, kai.token):
+        with pytest.raises(PostFailed, match="403"):
+            await platform.post(str(world.lounge.id), "hello")
+        reacted = await platform.react(str(world.lounge.id), str(said.id), "🙂")
+        refused = await platform.react(str(world.lounge.id), str(said.id), "smile")  # not an emoji Discord knows
+
+    assert (reacted, refused) == (True, False)
+    assert said.reactions == {"🙂": [kai]}
+    assert [m.id for m in world.lounge.messages] == [said.id]
+
+
+# --- where the personas take part -------------------------------------------------------------------------
+
+
+async def test_personas_take_part_only_in_enabled_discord_channels_they_can_post_in(
+    fake: FakeDiscord, world: World, live: Live
+) -> None:
+    guild = world.guild
+    staff = fake.add_channel(guild, "staff", overwrites=[Overwrite(target=guild.everyone, deny=Perm.VIEW_CHANNEL)])
+    announcements = fake.add_channel(
+        guild, "announcements", overwrites=[Overwrite(target=guild.everyone, deny=Perm.SEND_MESSAGES)]
+    )
+    for channel_id in (str(staff.id), str(announcements.id), "lobby"):  # "lobby": a local room's channel
+        await live.channel(channel_id)
+    await live.channel(str(world.backroom.id), enabled=False)
+
+    async with discord_fleet(world, live, [make_persona("hana"), make_persona("kai")]) as fleet:
+        joined = {pid: runtime.channels for pid, runtime in fleet.runtimes.items()}
+
+    assert joined == {"hana": [str(world.lounge.id)], "kai": [str(world.lounge.id)]}
+
+
+async def test_a_persona_joins_a_channel_enabled_while_it_runs(
+    fake: FakeDiscord, world: World, live: Live, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="bots.discord_client")
+    backroom = str(world.backroom.id)
+    async with discord_fleet(world, live, [eager("hana")]) as fleet:
+        await fake.invoke(world.mod, world.backroom, "aizuchi enable")
+        # Someone speaking in a channel the persona has not joined makes it look again.
+        await fake.human_says(world.backroom, world.member, "is anyone here?")
+        await eventually(lambda: backroom in fleet.runtimes["hana"].channels, what="hana joins the backroom")
+        await eventually(
+            lambda: f"persona=hana takes part in channel {backroom}" in caplog.messages, what="hana follows"
+        )
+        # What was said before it came is context; what is said now it answers.
+        asked = await fake.human_says(world.backroom, world.member, "Hana, welcome!")
+        await eventually(lambda: [m for m in world.backroom.messages if m.author is world.personas["hana"]])
+
+    [answer] = [m for m in world.backroom.messages if m.author is world.personas["hana"]]
+    assert [m.id for m in world.backroom.messages][-2:] == [asked.id, answer.id]
+
+
+async def test_a_persona_looks_for_newly_enabled_channels_now_and_then(world: World, live: Live) -> None:
+    async with discord_fleet(world, live, [make_persona("hana")], refresh_s=0.1) as fleet:  # a minute by default
+        await live.channel(str(world.backroom.id))  # enabled without a word said there
+        await eventually(lambda: str(world.backroom.id) in fleet.runtimes["hana"].channels, what="hana joins")
+
+
+async def test_persona_clients_ask_for_no_privileged_intent_and_direct_messages(
+    fake: FakeDiscord, world: World, live: Live
+) -> None:
+    async with discord_fleet(world, live, [make_persona("hana"), make_persona("kai")]):
+        pass
+
+    for persona_id in ("hana", "kai"):
+        [identify] = fake.gateway_ops(world.personas[persona_id], Op.IDENTIFY)
+        assert identify.data["intents"] & PRIVILEGED == 0
+        assert identify.data["intents"] & Intent.DIRECT_MESSAGES == 0
+
+
+async def test_the_fleet_ignores_direct_messages_and_other_channels(
+    fake: FakeDiscord, world: World, live: Live
+) -> None:
+    async with discord_fleet(world, live, [eager("hana"), eager("kai")]) as fleet:
+        await fake.human_dms(world.member, world.personas["hana"], "Hana, psst")
+        await fake.human_dms(world.member, world.arbiter, "Hana, are you there?")
+        await fake.human_says(world.backroom, world.member, "Hana, over here!")
+        asked = await ask(fleet, "hana", "one question")
+        await eventually(lambda: fleet.posted_by("hana"), what="hana's answer in the lounge")
+        await fleet.settled()
+        history = await fleet.history()
+        joined = {pid: runtime.channels for pid, runtime in fleet.runtimes.items()}
+
+    assert [m.platform_message_id for m in history if m.author_kind is AuthorKind.HUMAN] == [str(asked.id)]
+    assert world.backroom.messages[1:] == []  # nobody answered in the backroom
+    assert joined == {"hana": [str(world.lounge.id)], "kai": [str(world.lounge.id)]}
+    assert [c.channel_id for c in (await live.service.channels()).channels] == [str(world.lounge.id)]
