@@ -22,7 +22,7 @@ from bots.llm.scripted import ScriptedProvider
 from bots.platforms.discord import DiscordPlatform
 from bots.runtime import PersonaRuntime, RuntimeConfig
 from tests.support.fake_discord import FAST_READY, running
-from tests.support.fleet import FAST, RecordingProvider, eventually
+from tests.support.fleet import FAST, RecordingProvider, eventually, make_persona
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
@@ -33,7 +33,16 @@ if TYPE_CHECKING:
     from tests.support.fake_discord import FakeMessage
     from tests.support.fleet import Live
 
-__all__ = ("DiscordFleet", "discord_fleet", "scripted")
+__all__ = ("SLOW_REFUNDS", "DiscordFleet", "discord_fleet", "eager", "scripted")
+
+# Refunds that take a minute: nothing comes back during a test, so the pool's level shows every spend.
+SLOW_REFUNDS = {tier: {"recovery_s": 60.0} for tier in ("aizuchi", "remark", "long")}
+
+
+def eager(persona_id: str, **overrides: object) -> Persona:
+    """A persona that jumps in whenever it may: it nods when another has the floor, and answers when asked."""
+    persona = make_persona(persona_id, talkativeness=1.0, extraversion=1.0, agreeableness=1.0)
+    return persona.model_copy(update=overrides)
 
 
 def scripted(persona: Persona, *, seed: int) -> RecordingProvider:

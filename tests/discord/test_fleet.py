@@ -8,7 +8,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from arbiter.contract import AuthorKind, Tier
-from tests.discord.fleet import discord_fleet
+from tests.discord.fleet import SLOW_REFUNDS, discord_fleet, eager
 from tests.support.fleet import eventually, make_persona
 
 if TYPE_CHECKING:
@@ -19,14 +19,6 @@ if TYPE_CHECKING:
 
 # The personas' choices are seeded; with this seed (as with the others tried) kai and mio both nod.
 SEED = 0
-# Long refunds: nothing comes back during the test, so the pool's level shows every spend.
-SLOW_REFUNDS = {tier: {"recovery_s": 60.0} for tier in ("aizuchi", "remark", "long")}
-
-
-def eager(persona_id: str, **overrides: object) -> Persona:
-    """A persona that jumps in whenever it may: it nods when another has the floor, and answers when asked."""
-    persona = make_persona(persona_id, talkativeness=1.0, extraversion=1.0, agreeableness=1.0)
-    return persona.model_copy(update=overrides)
 
 
 def trio(world: World) -> list[Persona]:

@@ -14,24 +14,17 @@ from arbiter.contract import AuthorKind, Tier
 from bots.discord_client import PersonaClient
 from bots.errors import PostFailed
 from bots.platforms.discord import DiscordPlatform
-from tests.discord.fleet import discord_fleet
+from tests.discord.fleet import SLOW_REFUNDS, discord_fleet, eager
 from tests.support.fake_discord import FAST_READY, Intent, Op, Overwrite, Perm, RecordingClient, running
 from tests.support.fleet import eventually, make_persona
 
 if TYPE_CHECKING:
-    from bots.persona import Persona
     from tests.discord.conftest import World
     from tests.discord.fleet import DiscordFleet
     from tests.support.fake_discord import FakeDiscord, FakeMessage
     from tests.support.fleet import Live
 
-SLOW_REFUNDS = {tier: {"recovery_s": 60.0} for tier in ("aizuchi", "remark", "long")}
 PRIVILEGED = Intent.MESSAGE_CONTENT | Intent.GUILD_MEMBERS | Intent.GUILD_PRESENCES
-
-
-def eager(persona_id: str, **overrides: object) -> Persona:
-    persona = make_persona(persona_id, talkativeness=1.0, extraversion=1.0, agreeableness=1.0)
-    return persona.model_copy(update=overrides)
 
 
 async def ask(fleet: DiscordFleet, persona_id: str, text: str) -> FakeMessage:
