@@ -19,7 +19,6 @@ import concurrent.futures
 import logging
 import sqlite3
 import threading
-import time
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
@@ -112,14 +111,10 @@ class PostgresDatabase(Database):
 
 
 class SqliteDatabase(Database):
-    """``checkpoint_every``: seconds between WAL checkpoints, which run on a thread of their own (see
-    :meth:`_after_commit`)."""
-
-    def __init__(self, url: URL, *, readers: int = 2, checkpoint_every: float = 0.2) -> None:
+    def __init__(self, url: URL, *, readers: int = 2) -> None:
         super().__init__(url)
-        connections = readers + 2  # the readers, the writer and the checkpointer
         self.engine: Engine = create_engine(
-            url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=connections, max_overflow=0
+            url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=readers + 1, max_overflow=0
         )
         event.listen(self.engine, "connect", _on_connect)
         event.listen(self.engine, "begin", _on_begin)
@@ -127,10 +122,6 @@ class SqliteDatabase(Database):
         # SQLite has one writer at a time anyway: one connection, kept open, used under a lock.
         self._write_lock = threading.Lock()
         self._write_conn: Connection | None = None
-        self._checkpointer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="aizuchi-sqlite-checkpoint")
-        self._checkpoint_every = checkpoint_every
-        self._checkpoint_due = 0.0
-        self._checkpoint: concurrent.futures.Future[None] | None = None
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
         def run() -> T:
@@ -146,36 +137,8 @@ class SqliteDatabase(Database):
         with self._write_lock:
             if self._write_conn is None:
                 self._write_conn = self.engine.connect().execution_options(aizuchi_writer=True)
-                # The writer's commits no longer checkpoint by themselves: see _after_commit.
-                sqlite_driver_execute(self._write_conn, "PRAGMA wal_autocheckpoint=0")
             with self._write_conn.begin():
-                result = fn(self._write_conn, *args)
-            self._after_commit(self._write_conn)
-            return result
-
-    def _after_commit(self, writer: Connection) -> None:
-        """Checkpoint (copy the WAL back into the database file) mostly on a thread of its own.
-
-        Left to SQLite, the commit that takes the WAL past 1,000 pages checkpoints on the writer's thread: under
-        load many times a second, each time holding up the batch it commits and every caller waiting on it.
-        Here a PASSIVE checkpoint, which never blocks the writer, copies the bulk on the checkpoint thread; once
-        it is done the writer copies the few pages committed meanwhile, so that its next transaction finds the
-        WAL fully copied and starts it over (SQLite restarts the WAL only then: without this step it would grow
-        for as long as commits keep coming). Durability does not depend on checkpoints: a commit is in the WAL.
-        """
-        if self._checkpoint is not None:
-            if self._checkpoint.done():
-                self._checkpoint = None
-                _checkpoint(writer)
-            return
-        now = time.monotonic()
-        if now >= self._checkpoint_due:
-            self._checkpoint_due = now + self._checkpoint_every
-            self._checkpoint = self._checkpointer.submit(self._checkpoint_apart)
-
-    def _checkpoint_apart(self) -> None:
-        with self.engine.connect() as conn:
-            _checkpoint(conn)
+                return fn(self._write_conn, *args)
 
     async def write(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._readers, self.write_blocking, fn, *args)
@@ -188,17 +151,8 @@ class SqliteDatabase(Database):
                     self._write_conn = None
 
         await asyncio.get_running_loop().run_in_executor(self._readers, close_writer)
-        self._checkpointer.shutdown(wait=True)
         self._readers.shutdown(wait=True)
         self.engine.dispose()
-
-
-def _checkpoint(connection: Connection) -> None:
-    try:
-        sqlite_driver_execute(connection, "PRAGMA wal_checkpoint(PASSIVE)")
-    except DBAPIError:
-        # The batch just committed must not fail for it: a missed checkpoint only lets the WAL grow until the next.
-        _log.warning("WAL checkpoint failed", exc_info=True)
 
 
 def _on_connect(dbapi_connection: Any, _record: Any) -> None:

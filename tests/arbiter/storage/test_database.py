@@ -10,7 +10,7 @@ import pytest
 
 from arbiter.core.errors import StorageError
 from arbiter.server import open_arbiter
-from arbiter.storage.database import SqliteDatabase, normalize_url
+from arbiter.storage.database import normalize_url
 from tests.conftest import make_settings
 from tests.support.arbiters import arbiter_exit, serve
 
@@ -141,15 +141,3 @@ async def test_arbiter_process_on_a_sqlite_file_in_use_exits_with_the_reason(
         returncode, stderr = await arbiter_exit(sqlite_url, tmp_path, name="intruder")
     assert returncode != 0
     assert "another arbiter process is using" in stderr
-
-
-async def test_sqlite_wal_is_checkpointed_without_the_writers_commits_doing_it(tmp_path: Path) -> None:
-    database = SqliteDatabase(normalize_url(f"sqlite:///{tmp_path / 'notes.db'}"), checkpoint_every=0)
-    try:
-        await database.write(lambda conn: conn.exec_driver_sql("CREATE TABLE notes (body TEXT)"))
-        for _ in range(300):
-            await database.write(lambda conn: conn.exec_driver_sql("INSERT INTO notes VALUES (?)", ("x" * 8000,)))
-        # 300 commits of 8 kB are 2.4 MB of WAL: less than the 4 MB at which SQLite would checkpoint by itself.
-        assert (tmp_path / "notes.db-wal").stat().st_size < 1_000_000
-    finally:
-        await database.dispose()
