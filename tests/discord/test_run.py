@@ -137,7 +137,15 @@ async def test_run_all_on_discord_brings_up_the_arbiter_bot_and_personas_that_an
         url = re.search(r"arbiter listening on (http://\S+);", printed)
         assert url is not None, printed
         async with aiohttp.ClientSession() as session:
-            history = await Api(session, {}, url.group(1)).history(str(world.lounge.id))
+            api = Api(session, {}, url.group(1))
+            history: list[dict[str, Any]] = []
+
+            async def linked_answer() -> bool:
+                # The post reaches Discord a moment before the arbiter links it to its grant.
+                history[:] = await api.history(str(world.lounge.id))
+                return any(m["platform_message_id"] == str(answer.id) for m in history)
+
+            await eventually(linked_answer, what="rin's answer linked in the arbiter's history")
 
     assert enabled.content == "aizuchi is on in this channel."
     linked = {m["platform_message_id"]: m for m in history}
