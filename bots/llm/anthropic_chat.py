@@ -28,9 +28,7 @@ from bots.llm.base import (
     DecisionResult,
     LLMAuthError,
     LLMBadOutput,
-    LLMBadRequest,
     LLMError,
-    LLMRateLimited,
     LLMTimeout,
     LLMUnavailable,
     StopReason,
@@ -39,8 +37,8 @@ from bots.llm.base import (
     Usage,
     decision_instructions,
     decision_schema,
+    error_for_status,
     parse_decision_json,
-    retry_after_from_headers,
 )
 
 if TYPE_CHECKING:
@@ -216,12 +214,4 @@ def _translate(err: anthropic.AnthropicError) -> LLMError:
 def _translate_status(err: anthropic.APIStatusError) -> LLMError:
     status = err.status_code
     detail = f"Anthropic API {status}: {err.api_message or err.message}"
-    if status == 429:
-        return LLMRateLimited(detail, retry_after=retry_after_from_headers(err.response.headers), status=status)
-    if status in (401, 403):
-        return LLMAuthError(detail, status=status)
-    if status == 408:
-        return LLMTimeout(detail, status=status)
-    if status == 409 or status >= 500:
-        return LLMUnavailable(detail, status=status)
-    return LLMBadRequest(detail, status=status)
+    return error_for_status(status, detail, err.response.headers)

@@ -50,6 +50,7 @@ __all__ = (
     "decision_instructions",
     "decision_schema",
     "decision_tool",
+    "error_for_status",
     "parse_decision",
     "parse_decision_json",
     "retry_after_from_headers",
@@ -265,6 +266,20 @@ def retry_after_from_headers(headers: Mapping[str, str] | None) -> float | None:
         if seconds >= 0:
             return seconds
     return None
+
+
+def error_for_status(status: int, detail: str, headers: Mapping[str, str] | None) -> LLMError:
+    """Our error for an HTTP error status, the same for every provider: what the runtime does next (back off,
+    give up, fix the settings) depends on the status alone."""
+    if status == 429:
+        return LLMRateLimited(detail, retry_after=retry_after_from_headers(headers), status=status)
+    if status in (401, 403):
+        return LLMAuthError(detail, status=status)
+    if status == 408:
+        return LLMTimeout(detail, status=status)
+    if status == 409 or status >= 500:
+        return LLMUnavailable(detail, status=status)
+    return LLMBadRequest(detail, status=status)
 
 
 # --- the structured decision ----------------------------------------------------------------------------

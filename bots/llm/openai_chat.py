@@ -28,11 +28,8 @@ from bots.llm.base import (
     CompletionRequest,
     DecisionRequest,
     DecisionResult,
-    LLMAuthError,
     LLMBadOutput,
-    LLMBadRequest,
     LLMError,
-    LLMRateLimited,
     LLMTimeout,
     LLMUnavailable,
     StopReason,
@@ -41,8 +38,8 @@ from bots.llm.base import (
     Usage,
     decision_instructions,
     decision_schema,
+    error_for_status,
     parse_decision_json,
-    retry_after_from_headers,
 )
 
 if TYPE_CHECKING:
@@ -247,12 +244,4 @@ def _translate_status(err: openai.APIStatusError) -> LLMError:
     body = err.body if isinstance(err.body, dict) else {}
     message = body.get("message") if isinstance(body.get("message"), str) else err.message
     detail = f"OpenAI-compatible API {status}: {message}"
-    if status == 429:
-        return LLMRateLimited(detail, retry_after=retry_after_from_headers(err.response.headers), status=status)
-    if status in (401, 403):
-        return LLMAuthError(detail, status=status)
-    if status == 408:
-        return LLMTimeout(detail, status=status)
-    if status == 409 or status >= 500:
-        return LLMUnavailable(detail, status=status)
-    return LLMBadRequest(detail, status=status)
+    return error_for_status(status, detail, err.response.headers)
