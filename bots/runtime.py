@@ -402,13 +402,9 @@ class ChannelWorker:
                 _log.warning("persona=%s: unusable model output: %s", self.persona.id, error)
                 return
             except LLMError as error:
-                runtime.stats.count_usage(getattr(error, "usage", None))
-                runtime.provider_failed(error)
-                await self._report_usage(getattr(error, "usage", None))
+                await self._provider_failed(error)
                 return
-            runtime.provider_ok()
-            runtime.stats.count_usage(result.usage)
-            await self._report_usage(result.usage)
+            await self._provider_answered(result.usage)
             decision = result.decision
             if decision.action == "pass":
                 runtime.stats.passes += 1
@@ -463,6 +459,17 @@ class ChannelWorker:
         except (BotError, asyncio.CancelledError) as error:
             # The claim lapses at its time-to-live anyway; the arbiter never keeps it.
             _log.warning("persona=%s: could not release claim %s: %s", self.persona.id, claim_id, error)
+
+    async def _provider_failed(self, error: LLMError) -> None:
+        """Back off; what the failed call spent (if the API answered at all) still counts."""
+        self.runtime.stats.count_usage(error.usage)
+        self.runtime.provider_failed(error)
+        await self._report_usage(error.usage)
+
+    async def _provider_answered(self, usage: Usage) -> None:
+        self.runtime.provider_ok()
+        self.runtime.stats.count_usage(usage)
+        await self._report_usage(usage)
 
     async def _report_usage(self, usage: Usage | None) -> None:
         if usage is None or (usage.prompt_tokens == 0 and usage.completion_tokens == 0):

@@ -109,13 +109,9 @@ class ToolLoopWorker(ChannelWorker):
                 try:
                     completion = await runtime.provider.complete(request)
                 except LLMError as error:
-                    runtime.stats.count_usage(getattr(error, "usage", None))
-                    runtime.provider_failed(error)
-                    await self._report_usage(getattr(error, "usage", None))
+                    await self._provider_failed(error)
                     return
-                runtime.provider_ok()
-                runtime.stats.count_usage(completion.usage)
-                await self._report_usage(completion.usage)
+                await self._provider_answered(completion.usage)
                 if not completion.tool_calls:
                     return
                 turns.append(Turn(role="assistant", text=completion.text, tool_calls=completion.tool_calls))
