@@ -186,3 +186,14 @@ def sqlite_driver_execute(connection: Connection, sql: str, rows: list[tuple[Any
             driver.executemany(sql, rows)
     except sqlite3.Error as error:
         raise DBAPIError.instance(sql, rows, error, sqlite3.Error) from error
+
+
+def sqlite_driver_query(connection: Connection, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    """Run a query on the SQLite driver itself and return its rows as tuples; for the hottest reads only (see
+    ``sqlite_driver_execute``)."""
+    driver = connection.connection.driver_connection
+    assert isinstance(driver, sqlite3.Connection)
+    try:
+        return driver.execute(sql, params).fetchall()
+    except sqlite3.Error as error:
+        raise DBAPIError.instance(sql, params, error, sqlite3.Error) from error

@@ -29,11 +29,13 @@ from arbiter.core.models import (
     Tier,
     TierRule,
 )
-from arbiter.storage.database import sqlite_driver_execute
+from arbiter.storage.database import sqlite_driver_execute, sqlite_driver_query
 from arbiter.storage.tables import ChannelRow, MessageRow, PersonaRow, SpendRow, UsageRow
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Sequence
+
+    from sqlalchemy import Select
 
 __all__ = (
     "ChannelSummary",
@@ -99,6 +101,25 @@ _MESSAGE_CHANGES = ("text", "platform_message_id", "retracted", "deleted", "edit
 
 def _by_key(table: Table, key: str, names: Sequence[str]) -> Any:
     return update(table).where(table.c[key] == bindparam(f"b_{key}")).values({n: bindparam(n) for n in names})
+
+
+class _DriverQuery:
+    """A hot read, built once; on SQLite also rendered once and run on the driver, like the writer's
+    statements (personas read the history about as often as they write). Rows are sequences in the
+    statement's column order either way."""
+
+    def __init__(self, statement: Select[Any]) -> None:
+        self.statement = statement
+        compiled = statement.compile(dialect=sqlite_dialect())
+        self._sql: str = compiled.string
+        self._defaults: dict[str, Any] = dict(compiled.params)
+        self._names: tuple[str, ...] = tuple(compiled.positiontup or ())
+
+    def rows(self, conn: Connection, params: dict[str, Any]) -> Sequence[Sequence[Any]]:
+        if conn.dialect.name != "sqlite":
+            return conn.execute(self.statement, params).all()
+        values = {**self._defaults, **params}
+        return sqlite_driver_query(conn, self._sql, tuple(values[name] for name in self._names))
 
 
 class _WriterStatement:
@@ -225,23 +246,41 @@ def _spend_columns(channel_id: str, spend: Spend) -> dict[str, Any]:
     }
 
 
-def _message_from(row: Row[Any]) -> Message:
+# Where _message_from finds each field in a full row of the table (select(messages) lists its columns in order).
+_MESSAGE_FIELDS = itemgetter(
+    *(
+        [column.name for column in messages.columns].index(name)
+        for name in (
+            "channel_id", "seq", "author_id", "author_kind", "author_name", "text", "created_at", "tier", "cost",
+            "platform_message_id", "spend_id", "retracted", "addressed", "deleted", "edited_at",
+        )
+    )
+)  # fmt: skip
+
+
+def _message_from(row: Sequence[Any]) -> Message:
+    """A message from a full row of the table, from SQLAlchemy or from the SQLite driver (which leaves JSON as
+    text and booleans as integers)."""
+    (
+        channel_id, seq, author_id, author_kind, author_name, text, created_at, tier, cost,
+        platform_message_id, spend_id, retracted, addressed, deleted, edited_at,
+    ) = _MESSAGE_FIELDS(row)  # fmt: skip
     return Message(
-        channel_id=row.channel_id,
-        seq=row.seq,
-        author_id=row.author_id,
-        author_kind=AuthorKind(row.author_kind),
-        author_name=row.author_name,
-        text=row.text,
-        created_at=row.created_at,
-        tier=None if row.tier is None else Tier(row.tier),
-        cost=row.cost,
-        platform_message_id=row.platform_message_id,
-        spend_id=row.spend_id,
-        retracted=row.retracted,
-        addressed=tuple(row.addressed),
-        deleted=row.deleted,
-        edited_at=row.edited_at,
+        channel_id=channel_id,
+        seq=seq,
+        author_id=author_id,
+        author_kind=AuthorKind(author_kind),
+        author_name=author_name,
+        text=text,
+        created_at=created_at,
+        tier=None if tier is None else Tier(tier),
+        cost=cost,
+        platform_message_id=platform_message_id,
+        spend_id=spend_id,
+        retracted=bool(retracted),
+        addressed=tuple(json.loads(addressed) if isinstance(addressed, str) else addressed),
+        deleted=bool(deleted),
+        edited_at=edited_at,
     )
 
 
@@ -427,24 +466,23 @@ def message_by_platform_id(conn: Connection, channel_id: str, platform_message_i
 
 def history(conn: Connection, channel_id: str, after: int, limit: int) -> list[Message]:
     """Messages after seq ``after``, oldest first; retracted and deleted ones are not part of the conversation."""
-    rows = conn.execute(_HISTORY, {"channel_id": channel_id, "after": after, "limit": limit})
+    rows = _HISTORY.rows(conn, {"channel_id": channel_id, "after": after, "limit": limit})
     return [_message_from(row) for row in rows]
 
 
 def recent_history(conn: Connection, channel_id: str, limit: int) -> list[Message]:
     """The last ``limit`` messages, oldest first."""
-    rows = conn.execute(_RECENT_HISTORY, {"channel_id": channel_id, "limit": limit}).all()
+    rows = _RECENT_HISTORY.rows(conn, {"channel_id": channel_id, "limit": limit})
     return [_message_from(row) for row in reversed(rows)]
 
 
-# Built once, like the writer's statements: personas read the history about as often as they write.
-_HISTORY = (
+_HISTORY = _DriverQuery(
     select(messages)
     .where(messages.c.channel_id == bindparam("channel_id"), messages.c.seq > bindparam("after"), _visible)
     .order_by(messages.c.seq)
     .limit(bindparam("limit"))
 )
-_RECENT_HISTORY = (
+_RECENT_HISTORY = _DriverQuery(
     select(messages)
     .where(messages.c.channel_id == bindparam("channel_id"), _visible)
     .order_by(messages.c.seq.desc())
