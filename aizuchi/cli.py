@@ -151,6 +151,11 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("--seconds", type=float, default=10.0, help="measured duration per run (default 10)")
     load.add_argument("--database", choices=["sqlite", "postgres", "both"], default="both")
     load.add_argument(
+        "--without-http",
+        action="store_true",
+        help="also run the same mix straight against the arbiter's service in this process (SQLite)",
+    )
+    load.add_argument(
         "--postgres-url",
         default="postgresql+asyncpg://postgres@127.0.0.1:5432/postgres",
         help="server to create a scratch database on",

@@ -1,7 +1,7 @@
 """``aizuchi bench arbiter``: drive the arbiter's HTTP API with concurrent clients and print what it sustains.
 
 The arbiter runs as its own process (as in production), on a scratch SQLite file or a scratch PostgreSQL
-database. Each client is one persona with its own token and keep-alive connection, working one channel.
+database. Each client is one persona with its own token and keep-alive connection.
 A client repeats a realistic mix, weighted like the persona runtime's traffic:
 
 - a turn (60%): claim a tier (aizuchi, remark or long), then speak on it (80%) or release it (20%),
@@ -19,6 +19,9 @@ A *grant* is a claim or consume the pool granted. Latency is measured per reques
 The clients speak HTTP/1.1 over plain asyncio connections, with httptools parsing the answers: the
 benchmark shares the machine's cores with the arbiter, and aiohttp's client spends more CPU per request
 than the arbiter does, so with it the benchmark would measure mostly itself.
+
+``--without-http`` also runs the same mix straight against the arbiter's service inside the benchmark's
+process (SQLite only): the arbiter's own work, with the HTTP layer taken away, to show what each costs.
 """
 
 from __future__ import annotations
@@ -41,9 +44,15 @@ import asyncpg
 import httptools
 from yarl import URL
 
+from arbiter.core.models import Tier
+from arbiter.server import open_arbiter
+from arbiter.settings import ArbiterSettings
+
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Awaitable, Callable
+
+    from arbiter.service import ArbiterService
 
 __all__ = ("run_benchmark",)
 
@@ -163,62 +172,144 @@ class Connection(asyncio.Protocol):
 
 
 class Client:
-    def __init__(self, connection: Connection, host: str, token: str, channels: list[str], tally: Tally) -> None:
-        self._connection = connection
-        self._channels = [f"/v1/channels/{channel}" for channel in channels]
-        self._base = self._channels[0]
-        self._headers = f"Host: {host}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+    """One persona repeating the mix; subclasses say how a call reaches the arbiter.
+
+    Each call returns what the mix needs next (a claim id, a message seq, whether it was granted), or None
+    when the pool refused or the call failed; latency is measured around every call.
+    """
+
+    def __init__(self, token: str, channels: list[str], tally: Tally) -> None:
+        self._channels = channels
         self._tally = tally
         self._rng = random.Random(token)
         self._last_seq = 0
 
-    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any] | None:
-        payload = b"" if body is None else json.dumps(body).encode()
-        head = f"{method} {self._base}{path} HTTP/1.1\r\n{self._headers}Content-Length: {len(payload)}\r\n\r\n"
+    def _verdict(self, granted: bool) -> bool:
+        if not granted:
+            self._tally.refusals += 1
+        return granted
+
+    async def step(self) -> None:
+        channel = self._rng.choice(self._channels)
+        roll = self._rng.random()
         started = time.perf_counter()
+        if roll < 0.60:
+            tier = self._rng.choices([t for t, _ in TIERS], [w for _, w in TIERS])[0]
+            claim = await self.claim(channel, tier)
+            started = self._lap(started)
+            if claim is None:
+                return
+            self._tally.grants += 1
+            if self._rng.random() < 0.8:
+                spoken = CHEAPER[tier] if self._rng.random() < 0.1 else tier
+                seq = await self.speak(channel, claim, TEXT[spoken], spoken)
+                if seq is not None:
+                    self._tally.messages += 1
+                    self._last_seq = seq
+            else:
+                await self.release(channel, claim)
+        elif roll < 0.75:
+            if await self.consume(channel, "うんうん"):
+                self._tally.grants += 1
+                self._tally.messages += 1
+        elif roll < 0.95:
+            await self.status(channel)
+        else:
+            await self.history(channel, max(0, self._last_seq - 20))
+        self._lap(started)
+
+    def _lap(self, started: float) -> float:
+        now = time.perf_counter()
+        self._tally.latencies.append(now - started)
+        return now
+
+    async def claim(self, channel: str, tier: str) -> str | None:
+        raise NotImplementedError
+
+    async def speak(self, channel: str, claim: str, text: str, tier: str) -> int | None:
+        raise NotImplementedError
+
+    async def release(self, channel: str, claim: str) -> None:
+        raise NotImplementedError
+
+    async def consume(self, channel: str, text: str) -> bool:
+        raise NotImplementedError
+
+    async def status(self, channel: str) -> None:
+        raise NotImplementedError
+
+    async def history(self, channel: str, after: int) -> None:
+        raise NotImplementedError
+
+
+class HttpClient(Client):
+    """Through the HTTP API, on a keep-alive connection of its own."""
+
+    def __init__(self, connection: Connection, host: str, token: str, channels: list[str], tally: Tally) -> None:
+        super().__init__(token, [f"/v1/channels/{channel}" for channel in channels], tally)
+        self._connection = connection
+        self._headers = f"Host: {host}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+
+    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        payload = b"" if body is None else json.dumps(body).encode()
+        head = f"{method} {path} HTTP/1.1\r\n{self._headers}Content-Length: {len(payload)}\r\n\r\n"
         status, answer = await self._connection.request(head.encode(), payload)
-        self._tally.latencies.append(time.perf_counter() - started)
         if status >= 400:
             self._tally.errors += 1
             return None
         return json.loads(answer) if answer else None
 
-    def _verdict(self, data: dict[str, Any] | None) -> bool:
-        if data is None:
-            return False
-        if data["granted"]:
-            return True
-        self._tally.refusals += 1
-        return False
+    async def claim(self, channel: str, tier: str) -> str | None:
+        data = await self._call("POST", f"{channel}/claims", {"tier": tier})
+        return data["claim"]["claim_id"] if data is not None and self._verdict(data["granted"]) else None
 
-    async def step(self) -> None:
-        self._base = self._rng.choice(self._channels)
-        roll = self._rng.random()
-        if roll < 0.60:
-            tier = self._rng.choices([t for t, _ in TIERS], [w for _, w in TIERS])[0]
-            data = await self._call("POST", "/claims", {"tier": tier})
-            if not self._verdict(data):
-                return
-            assert data is not None
-            self._tally.grants += 1
-            claim = data["claim"]["claim_id"]
-            if self._rng.random() < 0.8:
-                spoken = CHEAPER[tier] if self._rng.random() < 0.1 else tier
-                said = await self._call("POST", f"/claims/{claim}/speak", {"text": TEXT[spoken], "tier": spoken})
-                if said is not None and said["granted"]:
-                    self._tally.messages += 1
-                    self._last_seq = said["message"]["seq"]
-            else:
-                await self._call("DELETE", f"/claims/{claim}")
-        elif roll < 0.75:
-            data = await self._call("POST", "/consume", {"tier": "aizuchi", "text": "うんうん"})
-            if self._verdict(data):
-                self._tally.grants += 1
-                self._tally.messages += 1
-        elif roll < 0.95:
-            await self._call("GET", "/status")
-        else:
-            await self._call("GET", f"/history?after={max(0, self._last_seq - 20)}&limit=20")
+    async def speak(self, channel: str, claim: str, text: str, tier: str) -> int | None:
+        data = await self._call("POST", f"{channel}/claims/{claim}/speak", {"text": text, "tier": tier})
+        return data["message"]["seq"] if data is not None and self._verdict(data["granted"]) else None
+
+    async def release(self, channel: str, claim: str) -> None:
+        await self._call("DELETE", f"{channel}/claims/{claim}")
+
+    async def consume(self, channel: str, text: str) -> bool:
+        data = await self._call("POST", f"{channel}/consume", {"tier": "aizuchi", "text": text})
+        return data is not None and self._verdict(data["granted"])
+
+    async def status(self, channel: str) -> None:
+        await self._call("GET", f"{channel}/status")
+
+    async def history(self, channel: str, after: int) -> None:
+        await self._call("GET", f"{channel}/history?after={after}&limit=20")
+
+
+class ServiceClient(Client):
+    """Straight to the arbiter's service in this process: the same work without HTTP, to show what the API
+    layer costs."""
+
+    def __init__(self, service: ArbiterService, persona: str, token: str, channels: list[str], tally: Tally) -> None:
+        super().__init__(token, channels, tally)
+        self._service = service
+        self._persona = persona
+
+    async def claim(self, channel: str, tier: str) -> str | None:
+        result = await self._service.claim(channel, self._persona, Tier(tier))
+        return result.claim.claim_id if self._verdict(result.granted) and result.claim is not None else None
+
+    async def speak(self, channel: str, claim: str, text: str, tier: str) -> int | None:
+        result = await self._service.speak(channel, self._persona, claim, text, tier=Tier(tier))
+        return result.message.seq if self._verdict(result.granted) and result.message is not None else None
+
+    async def release(self, channel: str, claim: str) -> None:
+        await self._service.release(channel, self._persona, claim)
+
+    async def consume(self, channel: str, text: str) -> bool:
+        result = await self._service.consume(channel, self._persona, text, tier=Tier.AIZUCHI)
+        return self._verdict(result.granted)
+
+    async def status(self, channel: str) -> None:
+        await self._service.status(channel, self._persona)
+
+    async def history(self, channel: str, after: int) -> None:
+        await self._service.history(channel, after=after, limit=20)
 
 
 @contextlib.asynccontextmanager
@@ -247,6 +338,42 @@ async def _arbiter_process(database_url: str, personas: dict[str, str]) -> Async
             await process.wait()
 
 
+async def _run_mix(
+    workers: list[Client], say: Callable[[str, str], Awaitable[None]], channels: list[str], seconds: float
+) -> tuple[float, Tally]:
+    """Run the clients (and a person in every channel) for a warm-up, then ``seconds`` measured."""
+    stop = asyncio.Event()
+    warmup, tally = Tally(), Tally()
+
+    async def loop(worker: Client) -> None:
+        while not stop.is_set():
+            await worker.step()
+
+    async def human(channel: str) -> None:
+        # People keep talking, so the bots never reach the idle cap (which would stop them, by design).
+        count = 0
+        while not stop.is_set():
+            count += 1
+            await say(channel, f"what about this? ({count})")
+            await asyncio.sleep(1.0)
+
+    for worker in workers:
+        worker._tally = warmup
+    tasks = [asyncio.create_task(loop(worker)) for worker in workers]
+    tasks += [asyncio.create_task(human(channel)) for channel in channels]
+    await asyncio.sleep(min(2.0, seconds / 5))
+    for worker in workers:
+        worker._tally = tally
+    started = time.perf_counter()
+    await asyncio.sleep(seconds)
+    elapsed = time.perf_counter() - started
+    for worker in workers:
+        worker._tally = Tally()
+    stop.set()
+    await asyncio.gather(*tasks)
+    return elapsed, tally
+
+
 async def _measure(
     base: str, database: str, *, clients: int, channels: int, seconds: float, tokens: list[str]
 ) -> Result:
@@ -258,46 +385,43 @@ async def _measure(
             body = {"capacity": CAPACITY, "idle_cap": 1_000}
             async with session.put(f"{base}/v1/channels/{name}", json=body, headers=admin) as r:
                 r.raise_for_status()
-        tally = Tally()
+
+        async def say(channel: str, text: str) -> None:
+            body = {"author_id": "human", "author_name": "Human", "text": text}
+            async with session.post(f"{base}/v1/channels/{channel}/messages", json=body, headers=admin) as r:
+                r.raise_for_status()
+
         url = URL(base)
         assert url.host is not None and url.port is not None
         connections = [await Connection.open(url.host, url.port) for _ in range(clients)]
-        workers = [Client(connections[i], url.raw_authority, tokens[i], names, tally) for i in range(clients)]
-        stop = asyncio.Event()
-
-        async def loop(worker: Client) -> None:
-            while not stop.is_set():
-                await worker.step()
-
-        warmup = Tally()
-        for worker in workers:
-            worker._tally = warmup
-
-        async def human(channel: str) -> None:
-            # People keep talking, so the bots never reach the idle cap (which would stop them, by design).
-            count = 0
-            while not stop.is_set():
-                count += 1
-                body = {"author_id": "human", "author_name": "Human", "text": f"what about this? ({count})"}
-                async with session.post(f"{base}/v1/channels/{channel}/messages", json=body, headers=admin) as r:
-                    r.raise_for_status()
-                await asyncio.sleep(1.0)
-
-        tasks = [asyncio.create_task(loop(worker)) for worker in workers]
-        tasks += [asyncio.create_task(human(name)) for name in names]
-        await asyncio.sleep(min(2.0, seconds / 5))
-        for worker in workers:
-            worker._tally = tally
-        started = time.perf_counter()
-        await asyncio.sleep(seconds)
-        elapsed = time.perf_counter() - started
-        for worker in workers:
-            worker._tally = Tally()
-        stop.set()
-        await asyncio.gather(*tasks)
-        for connection in connections:
-            connection.close()
+        try:
+            workers: list[Client] = [
+                HttpClient(connections[i], url.raw_authority, tokens[i], names, Tally()) for i in range(clients)
+            ]
+            elapsed, tally = await _run_mix(workers, say, names, seconds)
+        finally:
+            for connection in connections:
+                connection.close()
     return Result(database, clients, channels, elapsed, tally)
+
+
+async def _measure_without_http(
+    database_url: str, *, clients: int, channels: int, seconds: float, personas: dict[str, str]
+) -> Result:
+    settings = ArbiterSettings(database_url=database_url, admin_token=ADMIN, persona_tokens=personas)
+    async with open_arbiter(settings) as arbiter:
+        service = arbiter.service
+        names = [f"bench-{clients}-{index}" for index in range(channels)]
+        for name in names:
+            await service.ensure_channel(name, {"capacity": CAPACITY, "idle_cap": 1_000})
+
+        async def say(channel: str, text: str) -> None:
+            await service.record_message(channel, author_id="human", author_name="Human", text=text)
+
+        ids = list(personas)[:clients]
+        workers: list[Client] = [ServiceClient(service, pid, personas[pid], names, Tally()) for pid in ids]
+        elapsed, tally = await _run_mix(workers, say, names, seconds)
+    return Result("sqlite, no HTTP", clients, channels, elapsed, tally)
 
 
 async def _scratch_postgres(server_url: str) -> tuple[str, str]:
@@ -335,6 +459,16 @@ async def run_benchmark(args: argparse.Namespace) -> int:
     tokens = list(personas.values())
     results: list[Result] = []
     print(f"aizuchi bench arbiter: {args.seconds:g}s per run, {args.channels} channels, cpu count {os.cpu_count()}")
+    if args.without_http:
+        # In this process, so only SQLite: the arbiter's own work, for comparison with the HTTP runs.
+        for clients in args.clients:
+            with tempfile.TemporaryDirectory() as scratch:
+                result = await _measure_without_http(
+                    f"sqlite:///{scratch}/bench.db",
+                    clients=clients, channels=args.channels, seconds=args.seconds, personas=personas,
+                )  # fmt: skip
+            results.append(result)
+            print("  " + " ".join(result.row()), flush=True)
     for database in databases:
         with tempfile.TemporaryDirectory() as scratch:
             dropped: tuple[str, str] | None = None
