@@ -73,12 +73,51 @@ class Tally:
 
 
 @dataclass(frozen=True)
+class Usage:
+    """What one run cost the machine: the arbiter process's CPU seconds, and the share of the machine's time
+    the host took for other guests (steal), which makes wall-clock numbers move from run to run."""
+
+    cpu_seconds: float | None
+    steal: float | None
+
+    @classmethod
+    def between(cls, before: _Reading, after: _Reading) -> Usage:
+        cpu = None if before.cpu is None or after.cpu is None else after.cpu - before.cpu
+        steal = None
+        if before.ticks is not None and after.ticks is not None and after.ticks[1] > before.ticks[1]:
+            steal = (after.ticks[0] - before.ticks[0]) / (after.ticks[1] - before.ticks[1])
+        return cls(cpu, steal)
+
+
+@dataclass(frozen=True)
+class _Reading:
+    cpu: float | None  # the process's user + system seconds so far
+    ticks: tuple[int, int] | None  # the machine's (steal, all) clock ticks so far
+
+    @classmethod
+    def take(cls, pid: int) -> _Reading:
+        """Linux only (/proc); elsewhere the columns read n/a."""
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                # The command name (field 2) may hold spaces; utime and stime are fields 14 and 15.
+                fields = stat.read().rsplit(")", 1)[1].split()
+            cpu: float | None = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            with open("/proc/stat") as machine:
+                counts = [int(value) for value in machine.readline().split()[1:]]
+            ticks: tuple[int, int] | None = (counts[7] if len(counts) > 7 else 0, sum(counts))
+        except (OSError, ValueError, IndexError):
+            cpu, ticks = None, None
+        return cls(cpu, ticks)
+
+
+@dataclass(frozen=True)
 class Result:
     database: str
     clients: int
     channels: int
     seconds: float
     tally: Tally
+    usage: Usage
 
     def row(self) -> list[str]:
         lat = sorted(self.tally.latencies)
@@ -95,6 +134,8 @@ class Result:
             f"{p99:.2f}",
             f"{self.tally.refusals}",
             f"{self.tally.errors}",
+            "n/a" if self.usage.cpu_seconds is None or not lat else f"{self.usage.cpu_seconds / len(lat) * 1e6:,.0f}",
+            "n/a" if self.usage.steal is None else f"{self.usage.steal:.0%}",
         ]
 
 
@@ -109,6 +150,8 @@ HEADER = [
     "p99 ms",
     "refused",
     "errors",
+    "cpu µs/request",
+    "steal",
 ]
 
 
@@ -313,7 +356,7 @@ class ServiceClient(Client):
 
 
 @contextlib.asynccontextmanager
-async def _arbiter_process(database_url: str, personas: dict[str, str]) -> AsyncIterator[str]:
+async def _arbiter_process(database_url: str, personas: dict[str, str]) -> AsyncIterator[tuple[str, int]]:
     env = {
         **os.environ,
         "ARBITER_DATABASE_URL": database_url,
@@ -331,7 +374,7 @@ async def _arbiter_process(database_url: str, personas: dict[str, str]) -> Async
         match = re.search(r"(http://\S+)", line)
         if match is None:
             raise RuntimeError(f"the arbiter did not start: {line!r}")
-        yield match.group(1)
+        yield match.group(1), process.pid
     finally:
         if process.returncode is None:
             process.terminate()
@@ -339,9 +382,10 @@ async def _arbiter_process(database_url: str, personas: dict[str, str]) -> Async
 
 
 async def _run_mix(
-    workers: list[Client], say: Callable[[str, str], Awaitable[None]], channels: list[str], seconds: float
-) -> tuple[float, Tally]:
-    """Run the clients (and a person in every channel) for a warm-up, then ``seconds`` measured."""
+    workers: list[Client], say: Callable[[str, str], Awaitable[None]], channels: list[str], seconds: float, pid: int
+) -> tuple[float, Tally, Usage]:
+    """Run the clients (and a person in every channel) for a warm-up, then ``seconds`` measured; ``pid`` is
+    the process whose CPU time is metered."""
     stop = asyncio.Event()
     warmup, tally = Tally(), Tally()
 
@@ -364,18 +408,20 @@ async def _run_mix(
     await asyncio.sleep(min(2.0, seconds / 5))
     for worker in workers:
         worker._tally = tally
+    before = _Reading.take(pid)
     started = time.perf_counter()
     await asyncio.sleep(seconds)
     elapsed = time.perf_counter() - started
+    usage = Usage.between(before, _Reading.take(pid))
     for worker in workers:
         worker._tally = Tally()
     stop.set()
     await asyncio.gather(*tasks)
-    return elapsed, tally
+    return elapsed, tally, usage
 
 
 async def _measure(
-    base: str, database: str, *, clients: int, channels: int, seconds: float, tokens: list[str]
+    base: str, pid: int, database: str, *, clients: int, channels: int, seconds: float, tokens: list[str]
 ) -> Result:
     admin = {"Authorization": f"Bearer {ADMIN}"}
     connector = aiohttp.TCPConnector(limit=0)
@@ -398,11 +444,11 @@ async def _measure(
             workers: list[Client] = [
                 HttpClient(connections[i], url.raw_authority, tokens[i], names, Tally()) for i in range(clients)
             ]
-            elapsed, tally = await _run_mix(workers, say, names, seconds)
+            elapsed, tally, usage = await _run_mix(workers, say, names, seconds, pid)
         finally:
             for connection in connections:
                 connection.close()
-    return Result(database, clients, channels, elapsed, tally)
+    return Result(database, clients, channels, elapsed, tally, usage)
 
 
 async def _measure_without_http(
@@ -420,8 +466,8 @@ async def _measure_without_http(
 
         ids = list(personas)[:clients]
         workers: list[Client] = [ServiceClient(service, pid, personas[pid], names, Tally()) for pid in ids]
-        elapsed, tally = await _run_mix(workers, say, names, seconds)
-    return Result("sqlite, no HTTP", clients, channels, elapsed, tally)
+        elapsed, tally, usage = await _run_mix(workers, say, names, seconds, os.getpid())
+    return Result("sqlite, no HTTP", clients, channels, elapsed, tally, usage)
 
 
 async def _scratch_postgres(server_url: str) -> tuple[str, str]:
@@ -478,11 +524,12 @@ async def run_benchmark(args: argparse.Namespace) -> int:
                 url, name = await _scratch_postgres(args.postgres_url)
                 dropped = (args.postgres_url, name)
             try:
-                async with _arbiter_process(url, personas) as base:
+                async with _arbiter_process(url, personas) as (base, pid):
                     for clients in args.clients:
                         result = await _measure(
-                            base, database, clients=clients, channels=args.channels, seconds=args.seconds, tokens=tokens
-                        )
+                            base, pid, database,
+                            clients=clients, channels=args.channels, seconds=args.seconds, tokens=tokens,
+                        )  # fmt: skip
                         results.append(result)
                         print("  " + " ".join(result.row()), flush=True)
             finally:
