@@ -36,13 +36,13 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import aiohttp
 import asyncpg
 import httptools
-from yarl import URL
 
 from arbiter.core.models import Tier
 from arbiter.server import open_arbiter
@@ -437,12 +437,12 @@ async def _measure(
             async with session.post(f"{base}/v1/channels/{channel}/messages", json=body, headers=admin) as r:
                 r.raise_for_status()
 
-        url = URL(base)
-        assert url.host is not None and url.port is not None
-        connections = [await Connection.open(url.host, url.port) for _ in range(clients)]
+        url = urllib.parse.urlsplit(base)
+        assert url.hostname is not None and url.port is not None
+        connections = [await Connection.open(url.hostname, url.port) for _ in range(clients)]
         try:
             workers: list[Client] = [
-                HttpClient(connections[i], url.raw_authority, tokens[i], names, Tally()) for i in range(clients)
+                HttpClient(connections[i], url.netloc, tokens[i], names, Tally()) for i in range(clients)
             ]
             elapsed, tally, usage = await _run_mix(workers, say, names, seconds, pid)
         finally:
