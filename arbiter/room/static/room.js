@@ -425,9 +425,18 @@
     node.textContent = text;
   }
 
+  // The stream replays the messages after the seq it is given as they are now, then sends the level. Asking
+  // from before the recent messages shown, rather than after the last one, also brings what happened to them
+  // while the page was away: edited ones come back edited, and those that do not come back were deleted or
+  // retracted. Older messages are left as shown, so a long-open page does not replay everything it holds.
+  const RESYNC = 200;
+
   function connect() {
+    const recent = [...state.messages.keys()].filter((seq) => seq > state.lastSeq - RESYNC);
+    const after = recent.length ? Math.min(...recent) - 1 : state.lastSeq;
+    let replayed = new Set(); // seqs the replay brought; null once it is over
     const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-    const url = `${scheme}//${location.host}${apiUrl("events")}?after=${state.lastSeq}`;
+    const url = `${scheme}//${location.host}${apiUrl("events")}?after=${after}`;
     const socket = new WebSocket(url);
     state.socket = socket;
     socket.addEventListener("open", () => {
@@ -436,7 +445,13 @@
     });
     socket.addEventListener("message", (frame) => {
       try {
-        onEvent(JSON.parse(frame.data));
+        const event = JSON.parse(frame.data);
+        if (replayed && event.type === "message") replayed.add(event.message.seq);
+        if (replayed && event.type === "level") {
+          for (const seq of recent) if (!replayed.has(seq)) removeMessage(seq);
+          replayed = null;
+        }
+        onEvent(event);
       } catch (error) {
         console.warn("could not show an event:", error);
       }
@@ -447,7 +462,6 @@
       const wait = state.retryMs;
       state.retryMs = Math.min(state.retryMs * 2, 8000);
       setConnection("reconnecting", `reconnecting in ${Math.ceil(wait / 1000)} s…`);
-      // Resume after the last message shown: the stream replays whatever came while it was down.
       window.setTimeout(connect, wait);
     });
   }

@@ -285,13 +285,24 @@ async def test_the_page_follows_changes_to_the_history_and_survives_a_dropped_st
         await page.locator(f"#messages li[data-seq='{spoken.message.seq}']").wait_for(state="detached")
         assert [m["text"] for m in await messages(page)] == ["edited on the platform"]
 
-        # The stream drops; what is said meanwhile arrives once the page is back, exactly once.
+        # The stream drops. What happens before the page is back (it waits half a second before it reconnects)
+        # shows once it is: a new message exactly once, and the edit and the deletion of messages it showed.
+        g3 = await service.record_message(
+            "garden", author_id="ken", author_name="Ken", text="soon deleted", platform_message_id="g3"
+        )
+        await page.locator(f"#messages li[data-seq='{g3.seq}']").wait_for()
         room.arbiter.hub.close_all()
-        await page.locator("#connection[data-state='reconnecting']").wait_for()
-        said = await service.record_message("garden", author_id="ken", author_name="Ken", text="while you were away")
-        await page.locator("#connection[data-state='live']").wait_for()
-        await page.locator("#messages li", has_text="while you were away").wait_for()
-        assert [m["seq"] for m in await messages(page)] == ["1", str(said.seq)]
+        await service.edit_message("garden", "g1", "edited while the page was away")
+        await service.delete_message("garden", "g3")
+        said = await service.record_message("garden", author_id="ken", author_name="Ken", text="said meanwhile")
+        await page.locator(f"#messages li[data-seq='{said.seq}']").wait_for()
+        await page.locator(f"#messages li[data-seq='{g3.seq}']").wait_for(state="detached")
+        await page.locator("#messages li[data-seq='1']", has_text="edited while the page was away").wait_for()
+        assert [(m["seq"], m["text"]) for m in await messages(page)] == [
+            ("1", "edited while the page was away"),
+            (str(said.seq), "said meanwhile"),
+        ]
+        assert await page.get_attribute("#connection", "data-state") == "live"
 
         await service.clear_history("garden")
         await page.locator("#messages li").first.wait_for(state="detached")
