@@ -1,26 +1,48 @@
 """Text length in display columns, so one limit suits Japanese and English alike.
 
 A wide character (CJK, full-width forms, most emoji) carries roughly twice the content of a Latin letter
-and takes two columns on screen, so it counts 2; everything else counts 1. Combining marks count 0.
+and takes two columns on screen, so it counts 2; everything else counts 1. What draws no column of its own
+counts 0: combining and enclosing marks, format characters, skin-tone modifiers, and every part of an emoji
+sequence joined with a zero-width joiner after the first, so a family emoji counts 2 like any other. A
+narrow symbol followed by the emoji variation selector (❤️) is drawn as an emoji and counts 2.
 """
 
 from __future__ import annotations
 
 import unicodedata
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = ("display_length", "trim_to_length")
 
+_ZERO_WIDTH_CATEGORIES = frozenset({"Mn", "Me", "Cf"})
+_JOINER = "\u200d"
+_EMOJI_PRESENTATION = "\ufe0f"
+_SKIN_TONES = range(0x1F3FB, 0x1F400)
 
-def _width(char: str) -> int:
-    if unicodedata.combining(char):
-        return 0
-    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+def _widths(text: str) -> Iterator[int]:
+    """Each character's columns, in order; a character's width depends on the ones before it."""
+    joined = False  # the previous character was a zero-width joiner
+    cluster = 0  # columns of the character the current marks and modifiers belong to
+    for char in text:
+        if char == _EMOJI_PRESENTATION:
+            width = 1 if cluster == 1 else 0
+            cluster += width
+        elif joined or ord(char) in _SKIN_TONES or unicodedata.category(char) in _ZERO_WIDTH_CATEGORIES:
+            width = 0
+        else:
+            width = cluster = 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+        joined = char == _JOINER
+        yield width
 
 
 def display_length(text: str) -> int:
     if text.isascii():
         return len(text)
-    return sum(_width(char) for char in text)
+    return sum(_widths(text))
 
 
 def trim_to_length(text: str, limit: int, ellipsis: str = "…") -> str:
@@ -32,8 +54,8 @@ def trim_to_length(text: str, limit: int, ellipsis: str = "…") -> str:
         return ""
     used = 0
     cut = 0
-    for index, char in enumerate(text):
-        used += _width(char)
+    for index, width in enumerate(_widths(text)):
+        used += width
         if used > budget:
             break
         cut = index + 1

@@ -21,6 +21,7 @@ import unicodedata
 from collections import deque
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
+from arbiter.contract import display_length
 from bots.llm.base import (
     ACTIONS,
     DECIDE_TOOL,
@@ -174,7 +175,7 @@ class ScriptedProvider(ChatProvider):
             return (
                 not any(key in self._recent or key in exclude for key in keys)
                 and _key(_join(parts)) not in exclude
-                and (limit is None or _width(_join(parts)) <= limit)
+                and (limit is None or display_length(_join(parts)) <= limit)
             )
 
         usable: list[tuple[str, ...]] = []
@@ -285,13 +286,6 @@ def _join(parts: tuple[str, ...]) -> str:
     for part in parts[1:]:
         text += (" " if text[-1:].isascii() else "") + part
     return text
-
-
-def _width(text: str) -> int:
-    """Display columns, as the arbiter counts them: a wide character counts 2."""
-    if text.isascii():
-        return len(text)
-    return sum(2 if unicodedata.east_asian_width(char) in ("W", "F") else 1 for char in text)
 
 
 def _tokens(text: str) -> int:

@@ -27,6 +27,16 @@ from arbiter.core.text import display_length, trim_to_length
         ("ok 👍", 5),
         ("Kaiさん", 7),
         ("한국어", 6),
+        ("\u0e2a\u0e31", 1),  # a Thai vowel mark has no combining class but draws no column
+        ("👨\u200d👩\u200d👧", 2),  # a family joined with zero-width joiners is one emoji
+        ("👍🏽", 2),  # a skin tone modifies the emoji before it
+        ("❤\ufe0f", 2),  # a narrow heart drawn as an emoji
+        ("❤", 1),
+        ("👍\ufe0f", 2),  # already wide: the selector adds nothing
+        ("1\ufe0f\u20e3", 2),  # keycap one
+        ("🇯🇵", 2),  # a flag is two regional indicators
+        ("🏴\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067\U000e007f", 2),  # England: a tag sequence
+        ("a\u200bb", 2),  # a zero-width space
     ],
 )
 def test_display_length_counts_wide_characters_twice(text: str, columns: int) -> None:
@@ -61,13 +71,28 @@ def test_trim_keeps_a_combining_mark_with_its_letter() -> None:
     assert trim_to_length("cafe\u0301 au lait", 6) == "cafe\u0301…"
 
 
+def test_trim_keeps_an_emoji_sequence_whole() -> None:
+    family = "👨\u200d👩\u200d👧"
+    assert trim_to_length(f"{family} ok {family} and more", 8) == f"{family} ok…"
+    assert trim_to_length(f"ab{family}cd", 4) == "ab…"
+
+
 def test_trim_to_less_than_the_mark_gives_nothing() -> None:
     assert trim_to_length("hello", 0) == ""
     assert trim_to_length("こんにちは", 1) == ""
 
 
 # Pieces rather than characters, so a combining accent always follows its letter, as in real text.
-_PIECES = [*"ab ,.。、あいう日本語ＡｶüÉ👍", "e\u0301", "hello ", "そうだね"]
+_PIECES = [
+    *"ab ,.。、あいう日本語ＡｶüÉ👍",
+    "e\u0301",
+    "hello ",
+    "そうだね",
+    "👨\u200d👩\u200d👧",
+    "❤\ufe0f",
+    "👍🏽",
+    "🇯🇵",
+]
 _TEXT = st.lists(st.sampled_from(_PIECES), max_size=40).map("".join)
 
 
