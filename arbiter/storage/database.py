@@ -177,8 +177,7 @@ def sqlite_driver_execute(connection: Connection, sql: str, rows: list[tuple[Any
     For the writer's hottest statements only: at thousands a second, SQLAlchemy's per-execute work (cache
     lookup, bind processing, result setup) costs more than SQLite's own, on the thread the event loop shares
     the GIL with. The driver's errors are translated to SQLAlchemy's, so callers see one family."""
-    driver = connection.connection.driver_connection
-    assert isinstance(driver, sqlite3.Connection)
+    driver = _driver(connection)
     try:
         if rows is None:
             driver.execute(sql)
@@ -191,9 +190,14 @@ def sqlite_driver_execute(connection: Connection, sql: str, rows: list[tuple[Any
 def sqlite_driver_query(connection: Connection, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
     """Run a query on the SQLite driver itself and return its rows as tuples; for the hottest reads only (see
     ``sqlite_driver_execute``)."""
-    driver = connection.connection.driver_connection
-    assert isinstance(driver, sqlite3.Connection)
+    driver = _driver(connection)
     try:
         return driver.execute(sql, params).fetchall()
     except sqlite3.Error as error:
         raise DBAPIError.instance(sql, params, error, sqlite3.Error) from error
+
+
+def _driver(connection: Connection) -> sqlite3.Connection:
+    driver = connection.connection.driver_connection
+    assert isinstance(driver, sqlite3.Connection)
+    return driver
