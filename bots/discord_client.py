@@ -88,8 +88,11 @@ class PersonaClient(discord.Client):
             # Other channels (local rooms, say) have ids that are not Discord snowflakes.
             if not channel.enabled or not channel_id.isdigit() or channel_id in self.runtime.channels:
                 continue
-            if not self._may_post_in(int(channel_id)):
+            if not self._sees(int(channel_id)):
                 continue
+            # It may see a channel and still not be allowed to post there: the platform says so once, and the
+            # persona stays quiet there (no model call) until a moderator fixes the permission.
+            self.runtime.platform.may_post(channel_id)
             worker = self.runtime.join(channel_id)
             try:
                 # Following the channel's events from now on: what is said from here is heard (and logged so).
@@ -102,13 +105,10 @@ class PersonaClient(discord.Client):
             else:
                 _log.info("persona=%s takes part in channel %s", self.runtime.persona.id, channel_id)
 
-    def _may_post_in(self, channel_id: int) -> bool:
-        """Whether this account sees the channel and may post there (Discord lists every channel of a guild)."""
+    def _sees(self, channel_id: int) -> bool:
+        """Whether this account sees the channel (Discord lists every channel of a guild, seen or not)."""
         channel = self.get_channel(channel_id)
-        if not isinstance(channel, discord.abc.GuildChannel):
-            return False
-        permissions = channel.permissions_for(channel.guild.me)
-        return permissions.view_channel and permissions.send_messages
+        return isinstance(channel, discord.abc.GuildChannel) and channel.permissions_for(channel.guild.me).view_channel
 
     async def close(self) -> None:
         if self._refresher is not None:

@@ -5,8 +5,10 @@ hears about messages on the arbiter's event stream (so every platform works the 
 arrive while it waits or generates are never dropped: they wake it again, and it looks once more with fresh
 context when it is done (coalescing: ten messages in a burst make one more look, not ten).
 
-Invariants: no LLM call unless a claim was granted first; a claim is always spoken or released (also on
-errors and shutdown); nothing posted can ping anyone; provider errors back off and skip the turn.
+Invariants: no LLM call unless a claim was granted first and the platform would take the post; the call
+ends (or is cut off) while the claim still holds, leaving time to speak and post; a claim is always spoken or
+released (also on errors and shutdown); nothing posted can ping anyone; provider errors back off and skip the
+turn.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from arbiter import contract as wire
 from arbiter.contract import Tier
 from bots.errors import ArbiterRejected, ArbiterUnavailable, BotError, PostFailed
-from bots.llm.base import DecisionRequest, LLMBadOutput, LLMError, LLMRateLimited, Usage
+from bots.llm.base import DecisionRequest, LLMBadOutput, LLMError, LLMRateLimited, LLMTimeout, Usage
 from bots.planner import anchor, plan_turn
 from bots.platforms.base import Posted
 from bots.prompt import persona_prompt, rules_prompt, transcript_turn
@@ -47,7 +49,8 @@ _ORDER = (Tier.AIZUCHI, Tier.REMARK, Tier.LONG)
 class RuntimeConfig:
     window: int = 16  # recent messages the model sees
     base_delay_s: float = 1.5  # how long a persona of average temperament waits before it looks
-    max_tokens: int = 300
+    # Of a claim's time-to-live, what the model may not use: speaking and posting come after it.
+    speak_margin_s: float = 3.0
     backoff_s: float = 2.0  # first wait after a provider error; doubles per error in a row
     max_backoff_s: float = 60.0
     reconnect_s: float = 1.0  # first wait before reconnecting the event stream
@@ -292,6 +295,9 @@ class ChannelWorker:
             if backoff > 0:
                 self._retry_in(backoff)
                 continue
+            if not self.runtime.platform.may_post(self.channel_id):
+                self.answered = self.last_seq  # the platform said why (once); nothing to do until that changes
+                continue
             self._cancel_retry()  # this look supersedes any look scheduled before
             self._turning = True
             try:
@@ -322,6 +328,7 @@ class ChannelWorker:
     async def _turn(self) -> None:
         runtime = self.runtime
         status = await runtime.arbiter.status(self.channel_id)
+        read_at = runtime.clock()
         window = list(self.window)
         newest = window[-1].seq if window else 0
         thread = anchor(window).seq if window else 0
@@ -354,8 +361,10 @@ class ChannelWorker:
             return
         self.answered = newest
         self._held = granted.claim_id
+        # The claim lapses at expires_at on the arbiter's clock; status.now was read on the same clock.
+        lapses = None if granted.expires_at is None else read_at + granted.expires_at - status.now
         try:
-            await self._generate_and_speak(status, window, granted)
+            await self._generate_and_speak(status, window, granted, lapses)
         finally:
             if self._held is not None:
                 await self._release(self._held)
@@ -376,7 +385,7 @@ class ChannelWorker:
         return None
 
     async def _generate_and_speak(
-        self, status: wire.StatusView, window: list[wire.MessageView], claim: wire.ClaimView
+        self, status: wire.StatusView, window: list[wire.MessageView], claim: wire.ClaimView, lapses: float | None
     ) -> None:
         runtime = self.runtime
         allowed = _ORDER[: _ORDER.index(claim.tier) + 1]
@@ -389,12 +398,20 @@ class ChannelWorker:
             turns=(transcript_turn(self.persona, window, status),),
             actions=actions,  # type: ignore[arg-type]
             max_lengths=lengths,
-            max_tokens=runtime.config.max_tokens,
+            time_left_s=self._time_left(lapses),
         )
+        if request.time_left_s is not None and request.time_left_s <= 0:
+            _log.warning("persona=%s: the claim lapses before a model could answer; passing", self.persona.id)
+            return
         async with runtime.platform.typing(self.channel_id):
             runtime.stats.llm_requests += 1
             try:
-                result = await runtime.provider.decide(request)
+                # The provider keeps to time_left_s itself; this only makes sure of it, whatever the provider.
+                async with asyncio.timeout(None if request.time_left_s is None else request.time_left_s + 0.5):
+                    result = await runtime.provider.decide(request)
+            except TimeoutError:
+                await self._provider_failed(LLMTimeout("no answer while the claim held"))
+                return
             except LLMBadOutput as error:
                 runtime.stats.count_usage(error.usage)
                 runtime.stats.wasted += 1
@@ -417,6 +434,13 @@ class ChannelWorker:
                 _log.info("persona=%s: dropped a repeat or empty reply: %r", self.persona.id, text)
                 return
             await self._speak(claim, tier, text, window[-1].seq if window else 0)
+
+    def _time_left(self, lapses: float | None) -> float | None:
+        """Seconds the model may take: up to the claim's lapse (on this clock), less the margin for speaking and
+        posting; None when the claim says no lapse."""
+        if lapses is None:
+            return None
+        return round(lapses - self.runtime.config.speak_margin_s - self.runtime.clock(), 3)
 
     async def _speak(self, claim: wire.ClaimView, tier: Tier, text: str, based_on: int) -> None:
         runtime = self.runtime

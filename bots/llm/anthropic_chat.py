@@ -1,15 +1,21 @@
 """The Anthropic adapter: the official SDK (async), one long-lived client, Messages API.
 
 Mapping: system -> ``system``; turns -> ``messages`` (an assistant turn's tool calls become ``tool_use``
-blocks, the next user turn's results ``tool_result`` blocks); tools -> ``{name, description, input_schema}``;
-tool_choice -> ``{"type": "auto" | "any" | "none" | "tool"}``. No ``temperature``: the SDK no longer takes
-it and newer models reject non-default sampling.
+blocks, the next user turn's results ``tool_result`` blocks); tools -> ``{name, description, input_schema}``,
+with ``strict: true`` on a strict-compatible tool (the decide tool) unless the profile's ``strict_tools`` is
+off; tool_choice -> ``{"type": "auto" | "any" | "none" | "tool"}``. No ``temperature``: the SDK no longer
+takes it and newer models reject non-default sampling.
 
 Thinking: newer models (Claude Haiku 5.5 and later) think by default, and a request that forces a tool while
 thinking is on is rejected. With the profile's ``thinking = "off"`` (the default) every request says
 ``thinking: {"type": "disabled"}``: our replies are short, and latency matters more than deliberation.
-Models that cannot stop thinking (Opus 5.5, Fable 5.1) need ``thinking = "model_default"`` and
+Models that cannot stop thinking or be forced to call a tool (Opus 5.5, Fable 5.1; Sonnet 5.5, which takes
+``between_tools`` rather than ``disabled``) need ``thinking = "model_default"`` and
 ``structured_output = "json_schema"`` (the decision then comes through ``output_config``, not a forced tool).
+
+Time: the SDK client makes no retries (``max_retries=0``) and each call gets the SDK's per-request
+``timeout``; :func:`bots.llm.base.call_with_retries` makes the profile's few retries, only when they fit in
+the request's ``time_left_s`` (see there).
 """
 
 from __future__ import annotations
@@ -33,8 +39,10 @@ from bots.llm.base import (
     LLMUnavailable,
     StopReason,
     ToolCall,
+    ToolSpec,
     Turn,
     Usage,
+    call_with_retries,
     decision_instructions,
     decision_schema,
     error_for_status,
@@ -64,12 +72,13 @@ class AnthropicChat(ChatProvider):
     def __init__(self, profile: ProviderProfile, api_key: str) -> None:
         self.profile = profile
         self.name = f"anthropic/{profile.model}"
-        # The key goes to the SDK and nowhere else: not stored here, not logged.
+        # The key goes to the SDK and nowhere else: not stored here, not logged. No SDK retries: its waits know
+        # nothing of the turn's time left (call_with_retries retries instead).
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key,
             base_url=profile.base_url or DEFAULT_ANTHROPIC_URL,
             timeout=profile.timeout_s,
-            max_retries=profile.max_retries,
+            max_retries=0,
         )
 
     def __repr__(self) -> str:
@@ -81,12 +90,9 @@ class AnthropicChat(ChatProvider):
     async def complete(self, request: CompletionRequest) -> Completion:
         params = self._params(request.system, request.turns, request.max_tokens)
         if request.tools:
-            params["tools"] = [
-                {"name": tool.name, "description": tool.description, "input_schema": dict(tool.parameters)}
-                for tool in request.tools
-            ]
+            params["tools"] = [self._tool(tool) for tool in request.tools]
             params["tool_choice"] = _tool_choice(request.tool_choice)
-        message = await self._create(params)
+        message = await self._create(params, request.time_left_s)
         return _completion(message)
 
     async def decide(self, request: DecisionRequest) -> DecisionResult:
@@ -95,7 +101,7 @@ class AnthropicChat(ChatProvider):
         system = f"{request.system}\n\n{decision_instructions(request)}".strip()
         params = self._params(system, request.turns, request.max_tokens)
         params["output_config"] = {"format": {"type": "json_schema", "schema": decision_schema(request)}}
-        completion = _completion(await self._create(params))
+        completion = _completion(await self._create(params, request.time_left_s))
         return DecisionResult(parse_decision_json(completion.text, request, completion.usage), completion.usage)
 
     def _params(self, system: str, turns: tuple[Turn, ...], max_tokens: int | None) -> dict[str, Any]:
@@ -112,9 +118,28 @@ class AnthropicChat(ChatProvider):
             params["extra_body"] = dict(self.profile.extra_body)
         return params
 
-    async def _create(self, params: dict[str, Any]) -> object:
+    def _tool(self, tool: ToolSpec) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "name": tool.name,
+            "description": tool.description,
+            "input_schema": dict(tool.parameters),
+        }
+        if tool.strict and self.profile.strict_tools:
+            spec["strict"] = True
+        return spec
+
+    async def _create(self, params: dict[str, Any], time_left_s: float | None) -> object:
+        return await call_with_retries(
+            lambda timeout_s: self._create_once(params, timeout_s),
+            name=self.name,
+            timeout_s=self.profile.timeout_s,
+            max_retries=self.profile.max_retries,
+            time_left_s=time_left_s,
+        )
+
+    async def _create_once(self, params: dict[str, Any], timeout_s: float) -> object:
         try:
-            return await self._client.messages.create(**params)
+            return await self._client.messages.create(**params, timeout=timeout_s)
         except anthropic.AnthropicError as err:
             error = _translate(err)
             _log.warning("anthropic call failed model=%s error=%s: %s", self.profile.model, type(error).__name__, error)

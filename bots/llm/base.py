@@ -8,18 +8,29 @@ Anthropic's ``json_schema`` modes).
 
 Errors: each adapter translates its SDK's exceptions once, into the :class:`LLMError` family below. Errors
 raised after the API answered carry the answer's token ``usage`` so budgets still see what was spent.
+
+Time: a turn lives only as long as the persona's claim on the conversation (about 30 s), so a call must not
+outlive it. The SDK clients make no retries of their own (``max_retries=0``): :func:`call_with_retries` does
+them, here for every provider, within the request's ``time_left_s`` (what the claim has left): each attempt
+gets ``min(profile timeout, time left)``, and a retry is made only for a retryable error (429, 5xx, a
+timeout) when the wait before it (the server's ``retry-after``, else 0.5 s, 1 s) fits in what is left.
+Otherwise the error is raised at once; a 429 carries its ``retry_after`` so the runtime backs off that long.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
     from types import TracebackType
     from typing import Self
 
@@ -47,6 +58,7 @@ __all__ = (
     "ToolSpec",
     "Turn",
     "Usage",
+    "call_with_retries",
     "decision_instructions",
     "decision_schema",
     "decision_tool",
@@ -54,7 +66,12 @@ __all__ = (
     "parse_decision",
     "parse_decision_json",
     "retry_after_from_headers",
+    "should_retry_from_headers",
 )
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 Action = Literal["pass", "aizuchi", "remark", "long"]
 ACTIONS: tuple[Action, ...] = get_args(Action)
@@ -88,11 +105,17 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
-    """A tool the model may call. ``parameters`` is a JSON schema of an object."""
+    """A tool the model may call. ``parameters`` is a JSON schema of an object.
+
+    ``strict``: the schema is fit for the APIs' strict mode (every object lists all its properties as required
+    and allows no others), so an adapter may ask for strict schema adherence (when the profile's
+    ``strict_tools`` allows it). A strict API refuses a schema that is not fit, so it is off unless said.
+    """
 
     name: str
     description: str
     parameters: Mapping[str, Any]
+    strict: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +159,9 @@ class Turn:
 class CompletionRequest:
     """One model call. ``turns`` should end with a user turn: newer models reject an assistant prefill.
 
-    ``max_tokens`` of None means the profile's ``max_tokens``.
+    ``max_tokens`` of None means the profile's ``max_tokens``. ``time_left_s``: the seconds this call may take
+    in all, retries included (None: no limit but the profile's timeout per attempt); the runtime gives what
+    its claim has left.
     """
 
     system: str
@@ -144,8 +169,10 @@ class CompletionRequest:
     tools: tuple[ToolSpec, ...] = ()
     tool_choice: ToolChoice = "auto"
     max_tokens: int | None = None
+    time_left_s: float | None = None
 
     def __post_init__(self) -> None:
+        _check_time_left(self.time_left_s)
         forced = self.tool_choice not in ("auto", "required", "none")
         if forced and self.tool_choice not in {tool.name for tool in self.tools}:
             raise ValueError(f"tool_choice names {self.tool_choice!r}, which is not among the request's tools")
@@ -179,7 +206,8 @@ class DecisionRequest:
 
     ``actions`` are what the persona may choose (what it can afford); "pass" is always allowed and added if
     missing. ``max_lengths`` gives each tier's maximum length in display columns (a wide character counts 2),
-    for the instructions; the provider does not trim, the runtime does.
+    for the instructions; the provider does not trim, the runtime does. ``max_tokens`` and ``time_left_s`` as
+    in :class:`CompletionRequest`.
     """
 
     system: str
@@ -187,14 +215,22 @@ class DecisionRequest:
     actions: tuple[Action, ...] = ACTIONS
     max_lengths: Mapping[str, int] = field(default_factory=dict)
     max_tokens: int | None = None
+    time_left_s: float | None = None
 
     def __post_init__(self) -> None:
+        _check_time_left(self.time_left_s)
         unknown = [action for action in self.actions if action not in ACTIONS]
         if unknown:
             raise ValueError(f"unknown actions {unknown!r}; known: {ACTIONS!r}")
         actions = tuple(dict.fromkeys(("pass", *self.actions)))
         object.__setattr__(self, "actions", actions)
         object.__setattr__(self, "max_lengths", MappingProxyType(dict(self.max_lengths)))
+
+
+def _check_time_left(time_left_s: float | None) -> None:
+    # Zero or less is allowed (the call then fails at once with LLMTimeout); NaN would compare as "enough".
+    if time_left_s is not None and math.isnan(time_left_s):
+        raise ValueError("time_left_s must be a number of seconds or None")
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,17 +243,31 @@ class DecisionResult:
 
 
 class LLMError(Exception):
-    """Root of the provider errors. ``usage`` is set when the API answered (tokens were spent)."""
+    """Root of the provider errors. ``usage`` is set when the API answered (tokens were spent).
 
-    def __init__(self, message: str, *, usage: Usage | None = None, status: int | None = None) -> None:
+    ``retry_after``: the seconds the server asked us to wait (``retry-after-ms`` or ``retry-after``), when it
+    did. ``should_retry``: the server's own ``x-should-retry`` verdict, when it gave one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        usage: Usage | None = None,
+        status: int | None = None,
+        retry_after: float | None = None,
+        should_retry: bool | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.usage = usage
         self.status = status
+        self.retry_after = retry_after
+        self.should_retry = should_retry
 
 
 class LLMRateLimited(LLMError):
-    """429 after the SDK's own retries. ``retry_after`` (seconds) when the server said."""
+    """429, when no retry fitted in the time left. ``retry_after`` (seconds) when the server said."""
 
     def __init__(
         self,
@@ -226,17 +276,17 @@ class LLMRateLimited(LLMError):
         retry_after: float | None = None,
         usage: Usage | None = None,
         status: int | None = 429,
+        should_retry: bool | None = None,
     ) -> None:
-        super().__init__(message, usage=usage, status=status)
-        self.retry_after = retry_after
+        super().__init__(message, usage=usage, status=status, retry_after=retry_after, should_retry=should_retry)
 
 
 class LLMUnavailable(LLMError):
-    """5xx, overloaded, or the server could not be reached (after the SDK's retries)."""
+    """5xx, overloaded, or the server could not be reached (and no retry fitted in the time left)."""
 
 
 class LLMTimeout(LLMError):
-    """No answer within the profile's ``timeout_s`` (after the SDK's retries)."""
+    """No answer within the attempt's time (the profile's ``timeout_s``, or less when the turn had less left)."""
 
 
 class LLMAuthError(LLMError):
@@ -268,18 +318,95 @@ def retry_after_from_headers(headers: Mapping[str, str] | None) -> float | None:
     return None
 
 
+def should_retry_from_headers(headers: Mapping[str, str] | None) -> bool | None:
+    """The server's ``x-should-retry`` verdict ("true" or "false", as both SDKs read it), or None."""
+    value = None if headers is None else headers.get("x-should-retry")
+    if value == "true":
+        return True
+    if value == "false":
+        return False
+    return None
+
+
 def error_for_status(status: int, detail: str, headers: Mapping[str, str] | None) -> LLMError:
     """Our error for an HTTP error status, the same for every provider: what the runtime does next (back off,
     give up, fix the settings) depends on the status alone."""
+    hints: dict[str, Any] = {
+        "status": status,
+        "retry_after": retry_after_from_headers(headers),
+        "should_retry": should_retry_from_headers(headers),
+    }
     if status == 429:
-        return LLMRateLimited(detail, retry_after=retry_after_from_headers(headers), status=status)
+        return LLMRateLimited(detail, **hints)
     if status in (401, 403):
-        return LLMAuthError(detail, status=status)
+        return LLMAuthError(detail, **hints)
     if status == 408:
-        return LLMTimeout(detail, status=status)
+        return LLMTimeout(detail, **hints)
     if status == 409 or status >= 500:
-        return LLMUnavailable(detail, status=status)
-    return LLMBadRequest(detail, status=status)
+        return LLMUnavailable(detail, **hints)
+    return LLMBadRequest(detail, **hints)
+
+
+# --- retries within the time left -----------------------------------------------------------------------
+
+# Waits between attempts when the server names none: short, because the turn is short.
+_BACKOFF_S = 0.5
+# A retry that would leave the next attempt less than this is not worth making.
+_MIN_ATTEMPT_S = 0.5
+_RETRYABLE = (LLMRateLimited, LLMUnavailable, LLMTimeout)
+
+
+async def call_with_retries(
+    attempt: Callable[[float], Awaitable[T]],
+    *,
+    name: str,
+    timeout_s: float,
+    max_retries: int,
+    time_left_s: float | None,
+) -> T:
+    """Run ``attempt(timeout)`` until it answers, making at most ``max_retries`` retries, all within
+    ``time_left_s`` seconds (None: no overall limit).
+
+    Each attempt gets ``min(timeout_s, what is left)`` and is cut off there (whatever the SDK does with a slow
+    body). A retry is made only after a retryable error the server did not mark ``x-should-retry: false``,
+    and only when its wait (the server's retry-after, else 0.5 s, 1 s, ...) is no longer than ``timeout_s``
+    (we wait for a retry no longer than we would for an answer) and still leaves time for another attempt.
+    Otherwise the error is raised at once, a 429 with its ``retry_after`` for the runtime's back-off. With no
+    time left at all, LLMTimeout.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = None if time_left_s is None else loop.time() + time_left_s
+    retries = 0
+    while True:
+        left = None if deadline is None else deadline - loop.time()
+        if left is not None and left <= 0:
+            raise LLMTimeout(f"{name}: no time left for the call")
+        attempt_s = timeout_s if left is None else min(timeout_s, left)
+        try:
+            async with asyncio.timeout(attempt_s):
+                return await attempt(attempt_s)
+        except TimeoutError:
+            # Our own cut-off: the SDK's timeout is per read, a slow trickle could outlast it.
+            error: LLMError = LLMTimeout(f"{name}: no answer within {attempt_s:.2f} s")
+        except LLMError as raised:
+            error = raised
+        wait = _retry_wait(error, retries, max_retries, timeout_s)
+        left = None if deadline is None else deadline - loop.time()
+        if wait is None or (left is not None and wait + _MIN_ATTEMPT_S > left):
+            raise error
+        retries += 1
+        _log.info(
+            "%s: %s (%s); retry %d of %d in %.2f s", name, type(error).__name__, error, retries, max_retries, wait
+        )
+        await asyncio.sleep(wait)
+
+
+def _retry_wait(error: LLMError, retries: int, max_retries: int, timeout_s: float) -> float | None:
+    """How long to wait before retrying after ``error``, or None when it is not to be retried."""
+    if retries >= max_retries or not isinstance(error, _RETRYABLE) or error.should_retry is False:
+        return None
+    wait = error.retry_after if error.retry_after is not None else _BACKOFF_S * 2**retries
+    return wait if wait <= timeout_s else None
 
 
 # --- the structured decision ----------------------------------------------------------------------------
@@ -317,7 +444,12 @@ def decision_schema(request: DecisionRequest) -> dict[str, Any]:
 
 
 def decision_tool(request: DecisionRequest) -> ToolSpec:
-    return ToolSpec(name=DECIDE_TOOL, description=decision_instructions(request), parameters=decision_schema(request))
+    return ToolSpec(
+        name=DECIDE_TOOL,
+        description=decision_instructions(request),
+        parameters=decision_schema(request),
+        strict=True,  # decision_schema is strict-compatible by construction
+    )
 
 
 def parse_decision(arguments: object, request: DecisionRequest, usage: Usage | None) -> Decision:
@@ -372,6 +504,7 @@ class ChatProvider(ABC):
                 tools=(decision_tool(request),),
                 tool_choice=DECIDE_TOOL,
                 max_tokens=request.max_tokens,
+                time_left_s=request.time_left_s,
             )
         )
         call = next((call for call in completion.tool_calls if call.name == DECIDE_TOOL), None)

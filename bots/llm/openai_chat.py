@@ -5,13 +5,19 @@ profile's ``base_url`` the same adapter drives Ollama, vLLM, LM Studio and Gemin
 (see profiles.example.toml).
 
 Mapping: system -> a ``system`` message; an assistant turn's tool calls -> ``tool_calls`` with JSON-string
-arguments; the next user turn's results -> one ``role: "tool"`` message each; tool_choice -> "auto" |
+arguments; the next user turn's results -> one ``role: "tool"`` message each; a strict-compatible tool (the
+decide tool) gets ``strict: true`` unless the profile's ``strict_tools`` is off; tool_choice -> "auto" |
 "required" | "none" | ``{"type": "function", "function": {"name": ...}}``.
 
 Profile options, because compatible servers differ: ``structured_output`` "tools" (a forced ``decide`` call,
 the default) or "json_schema" (``response_format`` with a strict JSON schema); ``max_tokens_param``
 "max_completion_tokens" (OpenAI) or "max_tokens" (older compatible servers); ``extra_body`` is sent as is
-(e.g. ``reasoning_effort`` or a server's sampling options).
+(e.g. ``reasoning_effort`` or a server's sampling options). OpenAI's GPT-5.6 models take function tools on Chat
+Completions only with ``reasoning_effort: "none"``, which the built-in profile sends.
+
+Time: the SDK client makes no retries (``max_retries=0``) and each call gets the SDK's per-request
+``timeout``; :func:`bots.llm.base.call_with_retries` makes the profile's few retries, only when they fit in
+the request's ``time_left_s`` (see there).
 """
 
 from __future__ import annotations
@@ -34,8 +40,10 @@ from bots.llm.base import (
     LLMUnavailable,
     StopReason,
     ToolCall,
+    ToolSpec,
     Turn,
     Usage,
+    call_with_retries,
     decision_instructions,
     decision_schema,
     error_for_status,
@@ -64,12 +72,13 @@ class OpenAIChat(ChatProvider):
     def __init__(self, profile: ProviderProfile, api_key: str) -> None:
         self.profile = profile
         self.name = f"openai/{profile.model}"
-        # The key goes to the SDK and nowhere else: not stored here, not logged.
+        # The key goes to the SDK and nowhere else: not stored here, not logged. No SDK retries: its waits know
+        # nothing of the turn's time left (call_with_retries retries instead).
         self._client = openai.AsyncOpenAI(
             api_key=api_key,
             base_url=profile.base_url or DEFAULT_OPENAI_URL,
             timeout=profile.timeout_s,
-            max_retries=profile.max_retries,
+            max_retries=0,
         )
 
     def __repr__(self) -> str:
@@ -81,19 +90,9 @@ class OpenAIChat(ChatProvider):
     async def complete(self, request: CompletionRequest) -> Completion:
         params = self._params(request.system, request.turns, request.max_tokens)
         if request.tools:
-            params["tools"] = [
-                {
-                    "type": "function",
-                    "function": {
-                        "name": tool.name,
-                        "description": tool.description,
-                        "parameters": dict(tool.parameters),
-                    },
-                }
-                for tool in request.tools
-            ]
+            params["tools"] = [self._tool(tool) for tool in request.tools]
             params["tool_choice"] = _tool_choice(request.tool_choice)
-        return _completion(await self._create(params))
+        return _completion(await self._create(params, request.time_left_s))
 
     async def decide(self, request: DecisionRequest) -> DecisionResult:
         if self.profile.structured_output != "json_schema":
@@ -104,7 +103,7 @@ class OpenAIChat(ChatProvider):
             "type": "json_schema",
             "json_schema": {"name": "decision", "schema": decision_schema(request), "strict": True},
         }
-        completion = _completion(await self._create(params))
+        completion = _completion(await self._create(params, request.time_left_s))
         if completion.stop_reason == "refusal":
             raise LLMBadOutput("the model refused to decide", usage=completion.usage)
         return DecisionResult(parse_decision_json(completion.text, request, completion.usage), completion.usage)
@@ -121,9 +120,28 @@ class OpenAIChat(ChatProvider):
             params["extra_body"] = dict(self.profile.extra_body)
         return params
 
-    async def _create(self, params: dict[str, Any]) -> object:
+    def _tool(self, tool: ToolSpec) -> dict[str, Any]:
+        function: dict[str, Any] = {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": dict(tool.parameters),
+        }
+        if tool.strict and self.profile.strict_tools:
+            function["strict"] = True
+        return {"type": "function", "function": function}
+
+    async def _create(self, params: dict[str, Any], time_left_s: float | None) -> object:
+        return await call_with_retries(
+            lambda timeout_s: self._create_once(params, timeout_s),
+            name=self.name,
+            timeout_s=self.profile.timeout_s,
+            max_retries=self.profile.max_retries,
+            time_left_s=time_left_s,
+        )
+
+    async def _create_once(self, params: dict[str, Any], timeout_s: float) -> object:
         try:
-            return await self._client.chat.completions.create(**params)
+            return await self._client.chat.completions.create(**params, timeout=timeout_s)
         except openai.OpenAIError as err:
             error = _translate(err)
             _log.warning("openai call failed model=%s error=%s: %s", self.profile.model, type(error).__name__, error)

@@ -23,7 +23,15 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
 
-__all__ = ("BUILTIN_PROFILES", "NO_KEY", "ProfileError", "ProviderProfile", "create_provider", "load_profiles")
+__all__ = (
+    "BUILTIN_PROFILES",
+    "NO_KEY",
+    "ProfileError",
+    "ProviderProfile",
+    "create_provider",
+    "load_profiles",
+    "required_key",
+)
 
 # Sent as the key to OpenAI-compatible servers that take none (Ollama, a local vLLM): the SDK wants one.
 NO_KEY = "no-key"
@@ -47,8 +55,11 @@ class ProviderProfile(BaseModel):
         description="the environment variable holding the key; for openai, None sends a placeholder key",
     )
     max_tokens: int = Field(1024, ge=1, le=200_000)
-    timeout_s: float = Field(30.0, gt=0, le=600)
-    max_retries: int = Field(2, ge=0, le=10)
+    # A turn lasts as long as the persona's claim (about 30 s): an attempt must answer well within it. A thinking
+    # model may need more, hence the high ceiling.
+    timeout_s: float = Field(8.0, gt=0, le=600, description="seconds one attempt may take")
+    # Retries happen in bots.llm.base.call_with_retries, only when their wait fits in the turn's time left.
+    max_retries: int = Field(0, ge=0, le=2, description="retries on 429, 5xx and timeouts")
     structured_output: Literal["tools", "json_schema"] = Field(
         "tools", description="how decide() gets a structured answer: a forced tool call, or a JSON schema"
     )
@@ -57,6 +68,10 @@ class ProviderProfile(BaseModel):
     )
     thinking: Literal["off", "model_default"] = Field(
         "off", description="anthropic: 'off' sends thinking disabled; 'model_default' leaves it to the model"
+    )
+    strict_tools: bool = Field(
+        True,
+        description="ask for strict schema adherence on the decide tool; off for a server that refuses the field",
     )
     extra_body: dict[str, Any] = Field(default_factory=dict, description="sent as is in every request body")
     latency_s: float = Field(0.0, ge=0, le=60, description="scripted: a pause per call, for demos")
@@ -150,7 +165,7 @@ def create_provider(
         from bots.llm.scripted import ScriptedProvider  # noqa: PLC0415
 
         return ScriptedProvider(aizuchi, remarks, seed=seed, latency_s=profile.latency_s)
-    api_key = _api_key(profile, env)
+    api_key = required_key(profile, env)
     if profile.provider == "anthropic":
         from bots.llm.anthropic_chat import AnthropicChat  # noqa: PLC0415
 
@@ -160,13 +175,14 @@ def create_provider(
     return OpenAIChat(profile, api_key)
 
 
-def _api_key(profile: ProviderProfile, env: Mapping[str, str]) -> str:
-    if profile.api_key_env is None:
+def required_key(profile: ProviderProfile, env: Mapping[str, str]) -> str:
+    """The key the profile's provider is called with. Raises LLMAuthError naming the variable if it is unset."""
+    if profile.provider == "scripted" or profile.api_key_env is None:
         return NO_KEY
     key = env.get(profile.api_key_env, "").strip()
     if not key:
         raise LLMAuthError(
-            f"profile {profile.name!r} needs an API key in the environment variable {profile.api_key_env}, "
-            "which is not set"
+            f"profile {profile.name!r} needs an API key in {profile.api_key_env}, which is not set or empty:"
+            f" put {profile.api_key_env}=... in .env"
         )
     return key

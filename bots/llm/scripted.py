@@ -32,6 +32,7 @@ from bots.llm.base import (
     Decision,
     DecisionRequest,
     DecisionResult,
+    LLMTimeout,
     ToolCall,
     ToolResult,
     ToolSpec,
@@ -91,7 +92,8 @@ class ScriptedProvider(ChatProvider):
     """Sample lines in, a lively-enough conversation out; no network.
 
     ``recent_window`` is how many of its own latest lines it will not say again. ``latency_s`` pauses each
-    call (jittered by a quarter either way) so a demo does not answer instantly.
+    call (jittered by a quarter either way) so a demo does not answer instantly; a request's ``time_left_s``
+    bounds it as it bounds a real call (LLMTimeout when the pause would not fit).
     """
 
     def __init__(
@@ -122,7 +124,7 @@ class ScriptedProvider(ChatProvider):
     # --- the interface --------------------------------------------------------------------------------
 
     async def decide(self, request: DecisionRequest) -> DecisionResult:
-        await self._pause()
+        await self._pause(request.time_left_s)
         decision = self._choose(request.actions, request.max_lengths, _spoken(request.turns))
         usage = Usage(
             _prompt_tokens(request.system, request.turns, ()),
@@ -131,7 +133,7 @@ class ScriptedProvider(ChatProvider):
         return DecisionResult(decision, usage)
 
     async def complete(self, request: CompletionRequest) -> Completion:
-        await self._pause()
+        await self._pause(request.time_left_s)
         prompt = _prompt_tokens(request.system, request.turns, request.tools)
         tools = {tool.name: tool for tool in request.tools}
         forced = None if request.tool_choice in ("auto", "required", "none") else request.tool_choice
@@ -262,9 +264,15 @@ class ScriptedProvider(ChatProvider):
     def _text(self, prompt: int, text: str) -> Completion:
         return Completion(text=text, tool_calls=(), usage=Usage(prompt, max(1, _tokens(text))), stop_reason="end_turn")
 
-    async def _pause(self) -> None:
-        if self.latency_s > 0:
-            await asyncio.sleep(self.latency_s * (0.75 + 0.5 * self._latency_rng.random()))
+    async def _pause(self, time_left_s: float | None) -> None:
+        # As a real provider does: a call with no time left fails at once, one slower than the time left fails
+        # when the time is up.
+        pause = self.latency_s * (0.75 + 0.5 * self._latency_rng.random()) if self.latency_s > 0 else 0.0
+        if time_left_s is not None and pause >= time_left_s:
+            await asyncio.sleep(max(0.0, time_left_s))
+            raise LLMTimeout(f"the scripted provider takes {pause:.2f} s; the call had {time_left_s:.2f} s")
+        if pause > 0:
+            await asyncio.sleep(pause)
 
 
 # --- helpers --------------------------------------------------------------------------------------------

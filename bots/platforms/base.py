@@ -38,3 +38,8 @@ class Platform(abc.ABC):
     async def react(self, channel_id: str, platform_message_id: str, emoji: str) -> bool:
         """Put ``emoji`` on a message, if the platform can; returns whether it did."""
         return False
+
+    def may_post(self, channel_id: str) -> bool:
+        """Whether a post in the channel could succeed, as far as the platform can tell without asking: checked
+        before claiming, so no model is asked for words that could not be shown."""
+        return True

@@ -29,3 +29,5 @@ async def fake_llm() -> AsyncIterator[FakeLLMServer]:
     async with FakeLLMServer() as server:
         yield server
         assert server.unscripted == 0, "a request arrived that the test did not script a reply for"
+        # The runtime turns a provider's error into a skipped turn, so a refused request would pass unnoticed.
+        assert server.refusals == [], f"the real API would refuse: {server.refusals}"

@@ -10,6 +10,7 @@ answered.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -19,7 +20,7 @@ from arbiter.contract import AuthorKind, Tier
 from bots.llm import create_provider
 from bots.tool_loop import ToolLoopRuntime
 from tests.bots.conftest import CHANNEL
-from tests.support.fleet import RecordingProvider, eventually, make_persona
+from tests.support.fleet import FAST, RecordingProvider, eventually, make_persona
 from tests.support.llm_server import (
     FAKE_KEY,
     FAKE_KEY_ENV,
@@ -278,4 +279,66 @@ async def test_a_tool_loop_that_fails_midway_posts_nothing(fake_llm: FakeLLMServ
     assert runtime.stats.provider_errors == 1
     assert live.room.posts == []
     assert await tokens_today(live) == TOKENS_PER_ANSWER  # the first call was answered
+    await check_nothing_held(live)
+
+
+# --- within the claim's life ----------------------------------------------------------------------------
+
+
+async def test_a_provider_that_hangs_is_cut_off_before_the_claim_lapses(
+    fake_llm: FakeLLMServer, live: Live, api: str
+) -> None:
+    # The profile would wait 30 s; the claim lives 4 s, and speaking needs the last 3 (RuntimeConfig's margin).
+    await live.service.update_settings(CHANNEL, {"claim_ttl_s": 4.0})
+    fake_llm.script(delayed(30.0, decision("remark", "Far too late.")))
+    runtime = await live.start(make_persona("aoi"), provider_for(fake_llm, api, timeout_s=30.0), CHANNEL)
+    loop = asyncio.get_running_loop()
+
+    asked_at = loop.time()
+    await ask(live, runtime)
+    took = loop.time() - asked_at
+
+    assert took < 2.5, f"the turn took {took:.1f} s with a claim of 4 s"
+    assert runtime.stats.provider_errors == 1
+    assert live.room.posts == [] and await persona_texts(live) == []
+    assert live.room.typing_now == set()  # "typing..." stopped with the call
+    await check_nothing_held(live)
+
+
+async def test_a_429_asking_for_longer_than_the_turn_has_skips_it_at_once_and_backs_off_that_long(
+    fake_llm: FakeLLMServer, live: Live, api: str
+) -> None:
+    fake_llm.script(error(429, "slow down", headers={"retry-after": "40"}))
+    patient = dataclasses.replace(FAST, max_backoff_s=60.0)  # as in production: a server's wait is honoured
+    runtime = await live.start(make_persona("aoi"), provider_for(fake_llm, api, max_retries=2), CHANNEL, config=patient)
+    loop = asyncio.get_running_loop()
+
+    asked_at = loop.time()
+    await ask(live, runtime)
+    took = loop.time() - asked_at
+
+    assert len(fake_llm.requests) == 1  # no retry: its wait (40 s) does not fit in the claim (10 s)
+    assert took < 1.0, f"the turn took {took:.1f} s"
+    assert runtime.backing_off() > 35  # as the server asked, not the runtime's own short back-off
+    assert live.room.posts == []
+    await check_nothing_held(live)
+
+
+async def test_an_answer_that_comes_after_the_conversation_moved_on_is_not_posted(
+    fake_llm: FakeLLMServer, live: Live, api: str
+) -> None:
+    fake_llm.script(delayed(1.0, decision("remark", "Ramen! (to a question long gone)")), decision("pass"))
+    runtime = await live.start(make_persona("aoi"), provider_for(fake_llm, api), CHANNEL)
+
+    seq = await live.say(CHANNEL, QUESTION)
+    await eventually(lambda: fake_llm.requests, what="aoi asks her model")
+    await live.say(CHANNEL, "Never mind, we ordered pizza.", author="ken")
+    await live.say(CHANNEL, "It's here already!", author="ken")
+    await eventually(lambda: len(fake_llm.requests) == 2, within=5.0, what="aoi looks again, with fresh context")
+    await live.settled(CHANNEL)
+
+    assert seq > 0
+    assert live.room.posts == []
+    assert await persona_texts(live) == []
+    assert runtime.stats.wasted == 1
     await check_nothing_held(live)

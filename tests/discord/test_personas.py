@@ -162,22 +162,36 @@ async def test_the_platform_reports_a_refused_post_and_a_refused_reaction(fake: 
 # --- where the personas take part -------------------------------------------------------------------------
 
 
-async def test_personas_take_part_only_in_enabled_discord_channels_they_can_post_in(
-    fake: FakeDiscord, world: World, live: Live
+async def test_personas_take_part_in_enabled_discord_channels_they_see_and_stay_quiet_where_they_may_not_post(
+    fake: FakeDiscord, world: World, live: Live, caplog: pytest.LogCaptureFixture
 ) -> None:
     guild = world.guild
     staff = fake.add_channel(guild, "staff", overwrites=[Overwrite(target=guild.everyone, deny=Perm.VIEW_CHANNEL)])
-    announcements = fake.add_channel(
-        guild, "announcements", overwrites=[Overwrite(target=guild.everyone, deny=Perm.SEND_MESSAGES)]
-    )
+    # People talk there; the personas' accounts may read it but not post.
+    muzzled = [Overwrite(target=world.personas[pid], deny=Perm.SEND_MESSAGES) for pid in ("hana", "kai")]
+    announcements = fake.add_channel(guild, "announcements", overwrites=muzzled)
     for channel_id in (str(staff.id), str(announcements.id), "lobby"):  # "lobby": a local room's channel
         await live.channel(channel_id)
     await live.channel(str(world.backroom.id), enabled=False)
+    personas = [eager("hana"), eager("kai")]
 
-    async with discord_fleet(world, live, [make_persona("hana"), make_persona("kai")]) as fleet:
-        joined = {pid: runtime.channels for pid, runtime in fleet.runtimes.items()}
+    async with discord_fleet(world, live, personas) as fleet:
+        joined = {pid: set(runtime.channels) for pid, runtime in fleet.runtimes.items()}
+        for text in ("Hana, Kai, anyone?", "Hana?"):
+            await fake.human_says(announcements, world.member, text)
+        await live.settled(str(announcements.id))
+        asked_a_model = {pid: runtime.stats.llm_requests for pid, runtime in fleet.runtimes.items()}
+        await fake.human_says(world.lounge, world.member, "Hana, and here?")
+        await eventually(lambda: [m for m in world.lounge.messages if m.author is world.personas["hana"]])
 
-    assert joined == {"hana": [str(world.lounge.id)], "kai": [str(world.lounge.id)]}
+    # Where they see the channel they follow it; where they may not post, they say so once and ask no model.
+    assert joined == {pid: {str(world.lounge.id), str(announcements.id)} for pid in ("hana", "kai")}
+    assert [m.author for m in announcements.messages] == [world.member, world.member]
+    warnings = [
+        r.getMessage() for r in caplog.records if f"cannot post in channel {announcements.id}" in r.getMessage()
+    ]
+    assert len(warnings) == 2  # one per persona, however much is said there
+    assert asked_a_model == {"hana": 0, "kai": 0}
 
 
 async def test_a_persona_joins_a_channel_enabled_while_it_runs(

@@ -11,6 +11,62 @@ so a test can assert what the SDK actually sent. One reply is consumed per reque
 
 Endpoints: ``POST /v1/messages`` (Anthropic; base URL ``server.anthropic_url``) and
 ``POST /v1/chat/completions`` (OpenAI; base URL ``server.openai_url``).
+
+It refuses what the real APIs refuse, so a test cannot pass on a request production would reject: a 400 in
+the API's own error format, with ``x-should-retry: false``, recorded in ``refusals`` (and in ``requests``),
+consuming no scripted reply. The rules, and where each comes from:
+
+Anthropic Messages (every model name; per model where the documentation says so, see ``CLAUDE_MODELS``):
+
+- ``model``, ``max_tokens`` and ``messages`` are required ("max_tokens: Field required"); a top-level field the
+  API does not define is refused ("<name>: Extra inputs are not permitted"). The fields are the SDK's own
+  ``anthropic.types.MessageCreateParams`` (the SDK is generated from the API's specification).
+- ``temperature``, ``top_p`` and ``top_k`` are refused on current models ("`temperature` is deprecated for this
+  model."): platform.claude.com/docs/en/models/haiku-5-5/migration-guide ("Remove temperature, top_p, and
+  top_k"), github.com/Comfy-Org/ComfyUI/issues/13923 for the message. The SDK has dropped them altogether.
+- An assistant prefill (the last message from the assistant) is refused on current models: the SDK's
+  ``messages`` docstring ("On models that don't support prefill ... returns a 400 error"), the Haiku 5.5
+  migration guide, and github.com/jobrunr/JavaClaw/issues/36 for the message.
+- A forced tool (``tool_choice`` ``any`` or ``tool``) while thinking is on is refused ("Thinking may not be
+  enabled when tool_choice forces tool use.": platform.claude.com/docs/en/build-with-claude/extended-thinking
+  #feature-compatibility, github.com/mastra-ai/mastra/issues/7507). Thinking is on when ``thinking`` is
+  ``enabled``/``adaptive``, or left out on a model that thinks by default (Haiku 5.5 and later:
+  platform.claude.com/docs/en/models/haiku-5-5/whats-new-haiku-5-5). Opus 5.5, Fable 5.1 and Sonnet 5.5
+  refuse forced tool use outright (platform.claude.com/docs/en/models/opus-5-5/whats-new-opus-5-5,
+  .../sonnet-5-5/whats-new-sonnet-5-5).
+- ``thinking.type`` values a model does not take are refused (platform.claude.com/docs/en/build-with-claude/
+  thinking-troubleshooting; the message from the Opus 5.5 page): ``enabled`` on Claude 4.7 and later,
+  ``disabled`` on Opus 5.5, Fable 5.1 and Sonnet 5.5, ``between_tools`` everywhere but Sonnet 5.5, ``adaptive``
+  on Haiku 4.5. A ``budget_tokens`` must be at least 1024 and less than ``max_tokens`` (the SDK's docstring).
+- A custom tool's ``input_schema`` must be an object schema (``type: "object"``: the SDK's ``InputSchema``).
+- Strict mode (a tool's ``strict: true``, which the SDK's ``ToolParam`` takes, and ``output_config.format``)
+  wants ``additionalProperties: false`` on every object ("For 'object' type, 'additionalProperties' must be
+  explicitly set to false": platform.claude.com/docs/en/build-with-claude/structured-outputs, messages as
+  quoted in many public repositories).
+
+OpenAI Chat Completions (any model name: required fields; OpenAI's own models only - ``gpt-*`` but for the
+open-weight ``gpt-oss``, and ``o*``, see ``GPT_MODELS`` - the rest, because Ollama, vLLM and LM Studio take
+much more than OpenAI does):
+
+- ``model`` and a non-empty ``messages`` are required ("Missing required parameter: 'messages'.").
+- A parameter the API does not define is refused ("Unrecognized request argument supplied: <name>"; the
+  fields are the SDK's ``openai.types.chat.CompletionCreateParams``; the message as quoted in many public
+  repositories).
+- ``max_tokens`` on reasoning models (GPT-5, o-series) is refused ("Unsupported parameter: 'max_tokens' is not
+  supported with this model. Use 'max_completion_tokens' instead.": the SDK's ``max_tokens`` docstring,
+  github.com/teilomillet/gollm/issues/33).
+- Function tools with a ``reasoning_effort`` other than ``none`` are refused on GPT-5.4 and later; GPT-5.6
+  reasons at ``medium`` when none is sent, so there leaving it out is refused too ("Function tools with
+  reasoning_effort are not supported for gpt-5.6-luna in /v1/chat/completions. ...":
+  github.com/langflow-ai/langflow/issues/14361, github.com/danny-avila/LibreChat/issues/14355,
+  github.com/UKGovernmentBEIS/inspect_ai/issues/5162 for the default, docs.apiyi.com on GPT-5.4). GPT-5.6
+  does not take ``minimal`` (github.com/livekit/agents/pull/7169).
+- A strict function (``strict: true``) or strict ``response_format`` schema must be strict-compatible: every
+  object with ``additionalProperties: false`` and all its properties in ``required`` ("Invalid schema for
+  function '...': In context=(), 'required' is required to be supplied and to be an array including every key
+  in properties. Missing '...'.": github.com/kevinwatt/mysql-mcp/issues/5; the SDK's ``strict`` docstrings).
+
+``FakeLLMServer(lenient=True)`` models a lenient OpenAI-compatible server whatever the model name.
 """
 
 from __future__ import annotations
@@ -20,21 +76,28 @@ import contextlib
 import json
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from aiohttp import web
+from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
+from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
 
-from bots.llm.profiles import ProviderProfile
+from bots.llm.profiles import BUILTIN_PROFILES, ProviderProfile
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
     from types import TracebackType
 
 __all__ = (
+    "CLAUDE_MODELS",
     "FAKE_KEY",
     "FAKE_KEY_ENV",
+    "GPT_MODELS",
+    "ClaudeModel",
     "FakeLLMServer",
+    "GPTModel",
     "RecordedRequest",
+    "Refusal",
     "Reply",
     "decision_reply",
     "delayed",
@@ -85,7 +148,7 @@ def text_reply(text: str, *, usage: tuple[int, int] = (21, 7), stop_reason: str 
 
 
 def error(status: int, message: str = "scripted failure", *, headers: Mapping[str, str] | None = None) -> Reply:
-    """An HTTP error in the API's own error format. Add ``retry-after-ms`` to keep SDK retries fast."""
+    """An HTTP error in the API's own error format. Add ``retry-after-ms`` to keep retries fast."""
     return Reply("error", status=status, body=message, headers=dict(headers or {}))
 
 
@@ -114,12 +177,304 @@ class RecordedRequest:
     body: Any
 
 
-class FakeLLMServer:
-    """Start with ``async with``; ``requests`` lists what arrived, ``remaining`` how many replies are left."""
+@dataclass(frozen=True)
+class Refusal:
+    """A request the server refused as the real API would: what it said, and about which parameter."""
 
-    def __init__(self, *replies: Reply) -> None:
+    api: Api
+    message: str
+    param: str | None = None
+
+
+# --- the models' rules ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClaudeModel:
+    """What a Claude model takes. ``current``: it refuses sampling parameters and an assistant prefill."""
+
+    thinks_by_default: bool
+    refused_thinking: frozenset[str]
+    forced_tools: bool
+    current: bool = True
+
+
+_CURRENT = ClaudeModel(thinks_by_default=True, refused_thinking=frozenset({"between_tools"}), forced_tools=True)
+_ALWAYS_THINKS = ClaudeModel(
+    thinks_by_default=True, refused_thinking=frozenset({"enabled", "disabled", "between_tools"}), forced_tools=False
+)
+# By the longest prefix of the model name (dated snapshots match their family); any other name: _CURRENT.
+CLAUDE_MODELS: dict[str, ClaudeModel] = {
+    "claude-haiku-5-5": replace(_CURRENT, refused_thinking=frozenset({"enabled", "between_tools"})),
+    "claude-sonnet-5-5": replace(_ALWAYS_THINKS, refused_thinking=frozenset({"enabled", "disabled"})),
+    "claude-opus-5-5": _ALWAYS_THINKS,
+    "claude-fable-5-1": _ALWAYS_THINKS,
+    "claude-haiku-4-5": ClaudeModel(
+        thinks_by_default=False,
+        refused_thinking=frozenset({"adaptive", "between_tools"}),
+        forced_tools=True,
+        current=False,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class GPTModel:
+    """What an official OpenAI model takes on Chat Completions.
+
+    ``reasoning``: it wants ``max_completion_tokens``. ``efforts``: the ``reasoning_effort`` values it takes (None:
+    any the SDK knows). ``effort_with_tools``: the effort it assumes when none is sent, for the rule that function
+    tools need ``none`` (None: no such rule).
+    """
+
+    reasoning: bool
+    efforts: frozenset[str] | None = None
+    effort_with_tools: str | None = None
+
+
+# By the longest prefix of the model name. A name matching none (or None) is a compatible server's: lenient.
+GPT_MODELS: dict[str, GPTModel | None] = {
+    "gpt-5.6": GPTModel(
+        reasoning=True,
+        efforts=frozenset({"none", "low", "medium", "high", "xhigh", "max"}),
+        effort_with_tools="medium",
+    ),
+    "gpt-5.5": GPTModel(reasoning=True, effort_with_tools="none"),
+    "gpt-5.4": GPTModel(reasoning=True, effort_with_tools="none"),
+    "gpt-5": GPTModel(reasoning=True),
+    "gpt-": GPTModel(reasoning=False),
+    "gpt-oss": None,  # open weights, served by Ollama, vLLM and the like
+    "o1": GPTModel(reasoning=True),
+    "o3": GPTModel(reasoning=True),
+    "o4": GPTModel(reasoning=True),
+}
+
+_SAMPLING = ("temperature", "top_p", "top_k")
+_ANTHROPIC_FIELDS = (
+    MessageCreateParamsNonStreaming.__optional_keys__ | MessageCreateParamsNonStreaming.__required_keys__
+)
+_OPENAI_FIELDS = (
+    CompletionCreateParamsNonStreaming.__optional_keys__ | CompletionCreateParamsNonStreaming.__required_keys__
+)
+
+
+class _Refused(Exception):
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+
+
+M = TypeVar("M")
+
+
+def _by_prefix(table: Mapping[str, M], model: str) -> M | None:
+    matches = [prefix for prefix in table if model.startswith(prefix)]
+    return table[max(matches, key=len)] if matches else None
+
+
+def _check_anthropic(body: Any) -> None:
+    """Raise _Refused for what the Messages API refuses (the module docstring says why each)."""
+    if not isinstance(body, dict):
+        raise _Refused("The request body is not valid JSON")
+    for name in ("model", "max_tokens", "messages"):
+        if name not in body:
+            raise _Refused(f"{name}: Field required")
+    model = _by_prefix(CLAUDE_MODELS, str(body["model"])) or _CURRENT
+    for name in _SAMPLING:
+        if name in body and model.current:
+            raise _Refused(f"`{name}` is deprecated for this model.")
+    known = _ANTHROPIC_FIELDS | (frozenset() if model.current else frozenset(_SAMPLING))
+    for name in body:
+        if name not in known:
+            raise _Refused(f"{name}: Extra inputs are not permitted")
+    _check_claude_messages(body["messages"], model)
+    _check_claude_tools(body.get("tools", []))
+    _check_claude_output(body.get("output_config"))
+    thinking = _claude_thinking(body, model)
+    forced = isinstance(body.get("tool_choice"), dict) and body["tool_choice"].get("type") in ("any", "tool")
+    if forced and not model.forced_tools:
+        raise _Refused("tool_choice: forcing tool use (type 'any' or 'tool') is not supported for this model.")
+    if forced and thinking:
+        raise _Refused("Thinking may not be enabled when tool_choice forces tool use.")
+
+
+def _check_claude_messages(messages: Any, model: ClaudeModel) -> None:
+    if not isinstance(messages, list) or not messages:
+        raise _Refused("messages: at least one message is required")
+    last = messages[-1]
+    if model.current and isinstance(last, dict) and last.get("role") == "assistant":
+        raise _Refused(
+            "This model does not support assistant message prefill. The conversation must end with a user message."
+        )
+
+
+def _check_claude_tools(tools: Any) -> None:
+    for index, tool in enumerate(tools if isinstance(tools, list) else []):
+        if not isinstance(tool, dict) or tool.get("type", "custom") not in ("custom", None):
+            continue  # server tools have their own shapes
+        where = f"tools.{index}.custom"
+        schema = tool.get("input_schema")
+        if not isinstance(schema, dict) or schema.get("type") != "object":
+            raise _Refused(f"{where}.input_schema.type: Input should be 'object'")
+        if "strict" in tool and not isinstance(tool["strict"], bool):
+            raise _Refused(f"{where}.strict: Input should be a valid boolean")
+        if tool.get("strict") is True and _open_objects(schema):
+            raise _Refused(f"{where}: For 'object' type, 'additionalProperties' must be explicitly set to false")
+
+
+def _check_claude_output(output_config: Any) -> None:
+    form = output_config.get("format") if isinstance(output_config, dict) else None
+    if isinstance(form, dict) and form.get("type") == "json_schema" and _open_objects(form.get("schema")):
+        raise _Refused(
+            "output_config.format.schema: For 'object' type, 'additionalProperties' must be explicitly set to false"
+        )
+
+
+def _claude_thinking(body: dict[str, Any], model: ClaudeModel) -> bool:
+    """Check ``thinking`` against the model; whether the model will think on this request."""
+    thinking = body.get("thinking")
+    if thinking is None:
+        return model.thinks_by_default
+    kind = thinking.get("type") if isinstance(thinking, dict) else None
+    if kind not in ("enabled", "adaptive", "disabled", "between_tools"):
+        raise _Refused(f"thinking: unknown thinking type {kind!r}")
+    if kind in model.refused_thinking:
+        raise _Refused(
+            f'"thinking.type.{kind}" is not supported for this model. Use "thinking.type.adaptive" and '
+            '"output_config.effort" to control thinking behavior.'
+        )
+    if kind == "enabled":
+        budget = thinking.get("budget_tokens")
+        if not isinstance(budget, int) or budget < 1024:
+            raise _Refused("thinking.enabled.budget_tokens: Input should be greater than or equal to 1024")
+        if budget >= body["max_tokens"]:
+            raise _Refused("`max_tokens` must be greater than `thinking.budget_tokens`.")
+    return bool(kind != "disabled")
+
+
+def _check_openai(body: Any, *, lenient: bool) -> None:
+    """Raise _Refused for what Chat Completions refuses (the module docstring says why each). ``lenient``: a
+    compatible server, which checks only the required fields (as do servers for model names not OpenAI's)."""
+    if not isinstance(body, dict):
+        raise _Refused("We could not parse the JSON body of your request.")
+    if not body.get("model"):
+        raise _Refused("you must provide a model parameter", param="model")
+    if "messages" not in body:
+        raise _Refused("Missing required parameter: 'messages'.", param="messages", code="missing_required_parameter")
+    if not isinstance(body["messages"], list) or not body["messages"]:
+        raise _Refused(
+            "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead.",
+            param="messages",
+            code="empty_array",
+        )
+    model = None if lenient else _by_prefix(GPT_MODELS, str(body["model"]))
+    if model is None:
+        return
+    for name in body:
+        if name not in _OPENAI_FIELDS:
+            raise _Refused(f"Unrecognized request argument supplied: {name}")
+    if model.reasoning and "max_tokens" in body:
+        raise _Refused(
+            "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' "
+            "instead.",
+            param="max_tokens",
+            code="unsupported_parameter",
+        )
+    _check_gpt_effort(body, model)
+    for index, tool in enumerate(body.get("tools") or []):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(function, dict) and function.get("strict") is True:
+            _check_strict_schema(
+                function.get("parameters", {}), f"function '{function.get('name')}'", f"tools[{index}].function"
+            )
+    response_format = body.get("response_format")
+    if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
+        spec = response_format.get("json_schema") or {}
+        if spec.get("strict") is True:
+            _check_strict_schema(spec.get("schema", {}), f"response_format '{spec.get('name')}'", "response_format")
+
+
+def _check_gpt_effort(body: dict[str, Any], model: GPTModel) -> None:
+    effort = body.get("reasoning_effort")
+    if effort is not None and model.efforts is not None and effort not in model.efforts:
+        supported = ", ".join(f"'{value}'" for value in sorted(model.efforts))
+        raise _Refused(
+            f"Unsupported value: 'reasoning_effort' does not support '{effort}' with this model. "
+            f"Supported values are: {supported}.",
+            param="reasoning_effort",
+            code="unsupported_value",
+        )
+    has_functions = any(isinstance(tool, dict) and tool.get("type") == "function" for tool in body.get("tools") or [])
+    if has_functions and model.effort_with_tools is not None and (effort or model.effort_with_tools) != "none":
+        raise _Refused(
+            f"Function tools with reasoning_effort are not supported for {body['model']} in /v1/chat/completions. "
+            "To use function tools, use /v1/responses or set reasoning_effort to 'none'.",
+            param="reasoning_effort",
+        )
+
+
+def _check_strict_schema(schema: Any, what: str, param: str) -> None:
+    for path, node in _objects(schema):
+        context = f"In context={tuple(path)!r}"
+        if node.get("additionalProperties") is not False:
+            raise _Refused(
+                f"Invalid schema for {what}: {context}, 'additionalProperties' is required to be supplied and to be "
+                "false.",
+                param=param,
+                code="invalid_function_parameters",
+            )
+        required: list[Any] = node["required"] if isinstance(node.get("required"), list) else []
+        missing = [key for key in node.get("properties", {}) if key not in required]
+        if missing:
+            raise _Refused(
+                f"Invalid schema for {what}: {context}, 'required' is required to be supplied and to be an array "
+                f"including every key in properties. Missing '{missing[0]}'.",
+                param=param,
+                code="invalid_function_parameters",
+            )
+
+
+def _open_objects(schema: Any) -> bool:
+    """Whether any object in ``schema`` allows properties beyond its own (strict modes refuse that)."""
+    return any(node.get("additionalProperties") is not False for _, node in _objects(schema))
+
+
+def _objects(schema: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], dict[str, Any]]]:
+    """Every object schema in ``schema`` (through properties, items, anyOf/allOf and definitions), with its path."""
+    if not isinstance(schema, dict):
+        return
+    if schema.get("type") == "object" or "properties" in schema:
+        yield path, schema
+    for key in ("properties", "$defs", "definitions"):
+        children = schema.get(key)
+        if isinstance(children, dict):
+            for name, child in children.items():
+                yield from _objects(child, (*path, key, name))
+    if isinstance(schema.get("items"), dict):
+        yield from _objects(schema["items"], (*path, "items"))
+    for key in ("anyOf", "allOf"):
+        for index, child in enumerate(schema.get(key) or []):
+            yield from _objects(child, (*path, key, str(index)))
+
+
+# --- the server -----------------------------------------------------------------------------------------
+
+
+class FakeLLMServer:
+    """Start with ``async with``; ``requests`` lists what arrived, ``remaining`` how many replies are left,
+    ``refusals`` what was refused (as the real API would have; see the module docstring).
+
+    ``lenient=True``: the OpenAI endpoint is a lenient compatible server (Ollama, vLLM, LM Studio) whatever the
+    model name, checking only the required fields.
+    """
+
+    def __init__(self, *replies: Reply, lenient: bool = False) -> None:
         self._replies: deque[Reply] = deque(replies)
+        self.lenient = lenient
         self.requests: list[RecordedRequest] = []
+        self.refusals: list[Refusal] = []
         self.unscripted = 0
         self._stopping = asyncio.Event()
         self._runner: web.AppRunner | None = None
@@ -177,14 +532,19 @@ class FakeLLMServer:
     # --- handlers ---------------------------------------------------------------------------------------
 
     async def _anthropic(self, request: web.Request) -> web.StreamResponse:
-        reply = await self._next(request, "anthropic")
+        body = await self._record(request, "anthropic")
+        try:
+            _check_anthropic(body)
+        except _Refused as refused:
+            return self._refuse("anthropic", refused)
+        reply = await self._next()
         if reply is None:
             return _unscripted("anthropic")
         if reply.kind == "raw":
             return web.Response(status=reply.status, text=reply.body, content_type=reply.content_type)
         if reply.kind == "error":
-            body = {"type": "error", "error": {"type": _anthropic_error_type(reply.status), "message": reply.body}}
-            return web.json_response(body, status=reply.status, headers=reply.headers)
+            failure = {"type": "error", "error": {"type": _anthropic_error_type(reply.status), "message": reply.body}}
+            return web.json_response(failure, status=reply.status, headers=reply.headers)
         content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
         for name, arguments in reply.calls:
             content.append({"type": "tool_use", "id": self._id("toolu"), "name": name, "input": arguments})
@@ -192,7 +552,7 @@ class FakeLLMServer:
             "id": self._id("msg"),
             "type": "message",
             "role": "assistant",
-            "model": _model(self.requests[-1].body),
+            "model": _model(body),
             "content": content,
             "stop_reason": reply.stop_reason or ("tool_use" if reply.calls else "end_turn"),
             "stop_sequence": None,
@@ -201,7 +561,12 @@ class FakeLLMServer:
         return web.json_response(message)
 
     async def _openai(self, request: web.Request) -> web.StreamResponse:
-        reply = await self._next(request, "openai")
+        body = await self._record(request, "openai")
+        try:
+            _check_openai(body, lenient=self.lenient)
+        except _Refused as refused:
+            return self._refuse("openai", refused)
+        reply = await self._next()
         if reply is None:
             return _unscripted("openai")
         if reply.kind == "raw":
@@ -223,11 +588,11 @@ class FakeLLMServer:
                 for name, arguments in reply.calls
             ]
         prompt, completion = reply.usage
-        body: dict[str, Any] = {
+        answer: dict[str, Any] = {
             "id": self._id("chatcmpl"),
             "object": "chat.completion",
             "created": 1_785_000_000,
-            "model": _model(self.requests[-1].body),
+            "model": _model(body),
             "choices": [
                 {
                     "index": 0,
@@ -237,14 +602,40 @@ class FakeLLMServer:
             ],
             "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
         }
-        return web.json_response(body)
+        return web.json_response(answer)
 
-    async def _next(self, request: web.Request, api: Api) -> Reply | None:
+    async def _record(self, request: web.Request, api: Api) -> Any:
         try:
             body: Any = await request.json()
         except ValueError:
             body = await request.text()
         self.requests.append(RecordedRequest(api, request.path, dict(request.headers), body))
+        return body
+
+    def _refuse(self, api: Api, refused: _Refused) -> web.Response:
+        self.refusals.append(Refusal(api, refused.message, refused.param))
+        headers = {"x-should-retry": "false"}
+        if api == "anthropic":
+            request_id = self._id("req")
+            headers["request-id"] = request_id
+            body: dict[str, Any] = {
+                "type": "error",
+                "error": {"type": "invalid_request_error", "message": refused.message},
+                "request_id": request_id,
+            }
+        else:
+            headers["x-request-id"] = self._id("req")
+            body = {
+                "error": {
+                    "message": refused.message,
+                    "type": "invalid_request_error",
+                    "param": refused.param,
+                    "code": refused.code,
+                }
+            }
+        return web.json_response(body, status=400, headers=headers)
+
+    async def _next(self) -> Reply | None:
         if not self._replies:
             self.unscripted += 1
             return None
@@ -265,7 +656,7 @@ def _model(body: Any) -> str:
 
 
 def _unscripted(api: Api) -> web.Response:
-    # A 400 that tells the SDK not to retry: the test scripted too few replies.
+    # A 400 that tells the client not to retry: the test scripted too few replies.
     message = "fake LLM server: no scripted reply left"
     body: dict[str, Any] = (
         {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
@@ -293,11 +684,12 @@ def _openai_error_type(status: int) -> str:
 
 
 def fake_profile(server: FakeLLMServer, provider: Api, **overrides: Any) -> ProviderProfile:
-    """A profile pointing the provider's SDK at ``server``, with short timeouts fit for tests."""
+    """The built-in profile of ``provider`` (its model, its extra_body) pointed at ``server``, with short timeouts
+    fit for tests; ``overrides`` change any field."""
+    builtin = BUILTIN_PROFILES[provider].model_dump()
     settings: dict[str, Any] = {
+        **builtin,
         "name": f"fake-{provider}",
-        "provider": provider,
-        "model": "claude-haiku-5-5" if provider == "anthropic" else "gpt-5.6-luna",
         "base_url": server.anthropic_url if provider == "anthropic" else server.openai_url,
         "api_key_env": FAKE_KEY_ENV,
         "timeout_s": 2.0,

@@ -16,6 +16,8 @@ async def llm_server() -> AsyncIterator[FakeLLMServer]:
     async with FakeLLMServer() as server:
         yield server
         assert server.unscripted == 0, "a request arrived that the test did not script a reply for"
+        # The real API would have refused these: a test must not pass on them (see tests.support.llm_server).
+        assert server.refusals == [], f"the real API would refuse: {server.refusals}"
 
 
 @pytest.fixture

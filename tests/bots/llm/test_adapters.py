@@ -230,7 +230,7 @@ async def test_a_tool_call_round_trip_ends_in_plain_text(
 # --- errors ---------------------------------------------------------------------------------------------
 
 
-async def test_a_429_is_retried_by_the_sdk_then_succeeds(
+async def test_a_429_is_retried_then_succeeds(
     llm_server: FakeLLMServer, make_provider: MakeProvider, flavour: tuple[str, str]
 ) -> None:
     llm_server.script(

@@ -40,6 +40,9 @@ async def test_a_decision_request_forces_the_decide_tool_without_temperature(
     assert body["messages"] == [{"role": "user", "content": "Hana: morning!"}]
     assert body["tool_choice"] == {"type": "tool", "name": "decide"}
     assert [tool["name"] for tool in body["tools"]] == ["decide"]
+    # The decision schema is strict-compatible: the API guarantees the call matches it.
+    assert body["tools"][0]["strict"] is True
+    assert body["tools"][0]["input_schema"]["additionalProperties"] is False
     assert not {"temperature", "top_p", "top_k"} & set(body)
     # Forced tool use and thinking do not mix; thinking is off unless the profile says otherwise.
     assert body["thinking"] == {"type": "disabled"}
@@ -71,6 +74,16 @@ async def test_tool_choice_maps_to_anthropics_form(
         "input_schema": dict(CONSUME.parameters),
     }
     assert "system" not in body
+
+
+async def test_strict_tools_can_be_turned_off_for_a_server_that_refuses_the_field(
+    llm_server: FakeLLMServer, make_provider: MakeProvider
+) -> None:
+    llm_server.script(decision_reply("tools", {"action": "aizuchi", "text": "Morning!"}))
+
+    await make_provider("anthropic", strict_tools=False).decide(ASK)
+
+    assert "strict" not in llm_server.requests[0].body["tools"][0]
 
 
 async def test_tool_calls_and_results_go_back_as_tool_use_and_tool_result_blocks(

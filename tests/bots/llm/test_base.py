@@ -7,17 +7,29 @@ from typing import Any
 import pytest
 
 from bots.llm import (
+    ChatProvider,
+    Completion,
     CompletionRequest,
     Decision,
     DecisionRequest,
     LLMBadOutput,
+    LLMBadRequest,
+    LLMRateLimited,
+    LLMUnavailable,
     ToolCall,
     ToolResult,
     ToolSpec,
     Turn,
     Usage,
 )
-from bots.llm.base import decision_schema, decision_tool, parse_decision, parse_decision_json, retry_after_from_headers
+from bots.llm.base import (
+    decision_schema,
+    decision_tool,
+    error_for_status,
+    parse_decision,
+    parse_decision_json,
+    retry_after_from_headers,
+)
 
 ASK = DecisionRequest(system="s", turns=(), actions=("aizuchi", "remark"), max_lengths={"aizuchi": 10})
 USAGE = Usage(10, 3)
@@ -70,6 +82,53 @@ def test_the_decide_tool_describes_the_allowed_actions_and_their_lengths() -> No
     assert "aizuchi: " in tool.description
     assert "at most 10 columns" in tool.description
     assert "long" not in tool.description.split("Put exactly")[0]
+    assert tool.strict is True  # every property required, no others: what strict modes want
+    assert ToolSpec("status", "level", {"type": "object", "properties": {}}).strict is False
+
+
+@pytest.mark.parametrize("make", [CompletionRequest, DecisionRequest])
+def test_a_time_left_is_seconds_or_none(make: Any) -> None:
+    assert make(system="s", turns=()).time_left_s is None
+    assert make(system="s", turns=(), time_left_s=-1.0).time_left_s == -1.0  # none left: the call times out
+    with pytest.raises(ValueError, match="time_left_s"):
+        make(system="s", turns=(), time_left_s=float("nan"))
+
+
+class Recording(ChatProvider):
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.requests: list[CompletionRequest] = []
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        self.requests.append(request)
+        call = ToolCall("1", "decide", {"action": "aizuchi", "text": "Mm."})
+        return Completion("", (call,), USAGE, "tool_use")
+
+
+async def test_the_default_decide_passes_the_time_left_and_max_tokens_on() -> None:
+    provider = Recording()
+    request = DecisionRequest(system="s", turns=(), actions=("aizuchi",), max_tokens=99, time_left_s=12.5)
+
+    result = await provider.decide(request)
+
+    assert result.decision == Decision("aizuchi", "Mm.")
+    [sent] = provider.requests
+    assert (sent.time_left_s, sent.max_tokens, sent.tool_choice) == (12.5, 99, "decide")
+    assert sent.tools[0].strict is True
+
+
+def test_an_error_status_carries_the_servers_retry_hints() -> None:
+    busy = error_for_status(503, "busy", {"retry-after-ms": "250", "x-should-retry": "true"})
+    limited = error_for_status(429, "slow down", {"retry-after": "40"})
+    refused = error_for_status(400, "no", {"x-should-retry": "false"})
+
+    assert isinstance(busy, LLMUnavailable)
+    assert (busy.retry_after, busy.should_retry) == (0.25, True)
+    assert isinstance(limited, LLMRateLimited)
+    assert (limited.retry_after, limited.should_retry, limited.status) == (40.0, None, 429)
+    assert isinstance(refused, LLMBadRequest)
+    assert refused.should_retry is False
 
 
 @pytest.mark.parametrize(

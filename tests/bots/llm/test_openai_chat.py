@@ -54,6 +54,10 @@ async def test_a_decision_request_forces_the_decide_function(
     assert body["tool_choice"] == {"type": "function", "function": {"name": "decide"}}
     assert body["tools"][0]["type"] == "function"
     assert body["tools"][0]["function"]["name"] == "decide"
+    # The decision schema is strict-compatible: the API guarantees the call matches it.
+    assert body["tools"][0]["function"]["strict"] is True
+    # Function tools on GPT-5.6 need reasoning off (the built-in profile's extra_body).
+    assert body["reasoning_effort"] == "none"
     assert "temperature" not in body
 
 
@@ -86,6 +90,16 @@ async def test_tool_choice_maps_to_openais_form(
         },
     }
     assert body["messages"][0]["role"] == "user"  # no empty system message
+
+
+async def test_strict_tools_can_be_turned_off_for_a_server_that_refuses_the_field(
+    llm_server: FakeLLMServer, make_provider: MakeProvider
+) -> None:
+    llm_server.script(decision_reply("tools", {"action": "remark", "text": "Count me in!"}))
+
+    await make_provider("openai", strict_tools=False).decide(ASK)
+
+    assert "strict" not in llm_server.requests[0].body["tools"][0]["function"]
 
 
 async def test_tool_calls_go_back_with_json_arguments_and_results_as_tool_messages(
@@ -157,8 +171,13 @@ async def test_older_servers_get_max_tokens_and_extra_body_passes_through(
     llm_server: FakeLLMServer, make_provider: MakeProvider
 ) -> None:
     llm_server.script(decision_reply("tools", {"action": "pass", "text": ""}))
+    # A compatible server's model (vLLM's, say): OpenAI itself refuses both max_tokens and top_k on its models.
     provider = make_provider(
-        "openai", max_tokens_param="max_tokens", max_tokens=64, extra_body={"reasoning_effort": "none", "top_k": 20}
+        "openai",
+        model="Qwen/Qwen3-8B",
+        max_tokens_param="max_tokens",
+        max_tokens=64,
+        extra_body={"reasoning_effort": "none", "top_k": 20},
     )
 
     await provider.decide(ASK)

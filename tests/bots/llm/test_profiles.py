@@ -51,6 +51,19 @@ def test_the_built_in_profiles_need_no_file() -> None:
     assert profiles["scripted"].api_key_env is None
 
 
+def test_defaults_keep_a_call_within_a_turn() -> None:
+    # A turn lasts as long as the persona's claim (about 30 s): an attempt gets seconds, and retries are few.
+    profile = ProviderProfile(name="p", provider="openai", model="m")
+
+    assert profile.timeout_s == 8.0
+    assert profile.max_retries == 0
+    assert profile.strict_tools is True
+    for name in ("anthropic", "openai"):
+        assert BUILTIN_PROFILES[name].timeout_s <= 10
+        assert BUILTIN_PROFILES[name].max_retries == 0
+    assert ProviderProfile(name="p", provider="openai", model="m", timeout_s=120.0).timeout_s == 120.0  # thinking
+
+
 def test_a_file_adds_profiles_and_changes_built_ins_field_by_field(tmp_path: Path) -> None:
     path = write(
         tmp_path,
@@ -108,6 +121,7 @@ def test_the_example_file_loads_with_every_documented_server() -> None:
     assert profiles["vllm"].structured_output == "json_schema"
     assert profiles["lmstudio"].structured_output == "json_schema"
     assert profiles["gemini"].api_key_env == "GEMINI_API_KEY"
+    assert all(profile.max_retries <= 2 for profile in profiles.values())
     assert profiles["ollama"].api_key_env is None
     assert profiles["anthropic"] == BUILTIN_PROFILES["anthropic"]
     assert profiles["openai"] == BUILTIN_PROFILES["openai"]
@@ -131,6 +145,16 @@ def test_the_example_file_loads_with_every_documented_server() -> None:
             '[profiles.local]\nprovider = "openai"\nmodel = "m"\nmax_retries = -1',
             "profiles.local.max_retries",
             id="range",
+        ),
+        pytest.param(
+            '[profiles.local]\nprovider = "openai"\nmodel = "m"\nmax_retries = 3',
+            "profiles.local.max_retries",
+            id="retries capped",
+        ),
+        pytest.param(
+            '[profiles.local]\nprovider = "openai"\nmodel = "m"\ntimeout_s = 601',
+            "profiles.local.timeout_s",
+            id="timeout capped",
         ),
         pytest.param('[profiles.local]\nmodel = "m"', "profiles.local.provider", id="no provider"),
         pytest.param(

@@ -15,6 +15,7 @@ from bots.llm import (
     Completion,
     CompletionRequest,
     DecisionRequest,
+    LLMTimeout,
     ScriptedProvider,
     ToolResult,
     ToolSpec,
@@ -188,6 +189,28 @@ async def test_latency_pauses_each_call() -> None:
     await provider.decide(DecisionRequest(system=SYSTEM, turns=(Turn("user", "hi"),)))
 
     assert time.monotonic() - started >= 0.03
+
+
+async def test_a_call_that_would_outlast_the_time_left_times_out_when_the_time_is_up() -> None:
+    provider = scripted(latency_s=5.0)
+    started = time.monotonic()
+
+    with pytest.raises(LLMTimeout):
+        await provider.decide(DecisionRequest(system=SYSTEM, turns=(Turn("user", "hi"),), time_left_s=0.05))
+    with pytest.raises(LLMTimeout):
+        await provider.complete(CompletionRequest(system=SYSTEM, turns=(Turn("user", "hi"),), time_left_s=0.05))
+
+    assert time.monotonic() - started < 1.0
+
+
+async def test_a_call_within_the_time_left_answers_and_none_left_is_a_timeout() -> None:
+    provider = scripted()
+
+    result = await provider.decide(DecisionRequest(system=SYSTEM, turns=(Turn("user", "hi"),), time_left_s=1.0))
+
+    assert result.decision.action in ("pass", "aizuchi", "remark", "long")
+    with pytest.raises(LLMTimeout):
+        await provider.decide(DecisionRequest(system=SYSTEM, turns=(Turn("user", "hi"),), time_left_s=0.0))
 
 
 async def test_the_base_class_decide_works_through_the_scripted_decide_tool() -> None:
