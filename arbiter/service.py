@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from arbiter import contract as wire
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from arbiter.storage.database import Database
     from arbiter.storage.writer import BatchWriter, Clock, WriteTx
 
-__all__ = ("ArbiterService", "message_view", "settings_view")
+__all__ = ("ArbiterService", "IntakeMark", "message_view", "settings_view")
 
 _log = logging.getLogger(__name__)
 
@@ -126,6 +126,15 @@ def _upcoming_refunds(state: ChannelState, now: float, limit: int = 10) -> list[
         else:
             merged.append((at, amount))
     return merged
+
+
+@dataclass(frozen=True, slots=True)
+class IntakeMark:
+    """Where reading a channel's platform history back (after a restart) starts: after ``after``, the platform id
+    of the newest message recorded there, and nothing said before ``since`` (see ``ChannelState.history_since``)."""
+
+    after: str | None
+    since: float | None
 
 
 class ArbiterService:
@@ -384,8 +393,14 @@ class ArbiterService:
         author_kind: AuthorKind = AuthorKind.HUMAN,
         platform_message_id: str | None = None,
         mentions: Sequence[str] = (),
+        at: float | None = None,
     ) -> wire.ObserveResult:
-        """Record a message seen on the platform. Humans never pay; the same platform id is recorded once."""
+        """Record a message seen on the platform. Humans never pay; the same platform id is recorded once.
+
+        ``at``: when it was said, for a message recorded late (read back from the platform after a restart);
+        by default, now. It is kept within bounds: never after now, never before the channel's newest message
+        (the history's times follow its order). See ``rules.observe`` for what a late message still does.
+        """
 
         def step(tx: WriteTx, state: ChannelState) -> wire.ObserveResult:
             if platform_message_id is not None:
@@ -406,14 +421,29 @@ class ArbiterService:
                 addressed = addressed_personas(text, candidates, mentions)
             author = Author(author_id, author_name, author_kind)
             now = tx.now()
+            said = None if at is None else max(at, self._newest_time(tx, state))
             transition = rules.observe(
-                state, author, text, now, platform_message_id=platform_message_id, addressed=addressed
+                state, author, text, now, platform_message_id=platform_message_id, addressed=addressed, at=said
             )
             self._commit(tx, state, transition)
             assert isinstance(transition.outcome, Message)
             return wire.ObserveResult(seq=transition.outcome.seq, created=True)
 
         return await self._change(channel_id, step)
+
+    @staticmethod
+    def _newest_time(tx: WriteTx, state: ChannelState) -> float:
+        """When the channel's newest message was said (-inf when its history is empty)."""
+        newest = tx.message(state.channel_id, state.last_seq) if state.last_seq else None
+        return float("-inf") if newest is None else newest.created_at
+
+    async def intake_mark(self, channel_id: str) -> IntakeMark:
+        """Where to start reading the channel's platform history back after a restart. ``after`` is a numeric
+        platform id (a Discord snowflake): the newest message's by seq that has one, deleted ones included; the
+        ids of emoji reactions that stand in for a persona's nod (``reaction-...``) are not messages."""
+        state = await self._read_state(channel_id, self.now())
+        ids = await self._database.read(repo.recent_platform_ids, channel_id, 50)
+        return IntakeMark(after=next((pid for pid in ids if pid.isdigit()), None), since=state.history_since)
 
     async def report_usage(
         self, channel_id: str, persona_id: str, prompt_tokens: int, completion_tokens: int
@@ -621,7 +651,7 @@ class ArbiterService:
                 if not changes:
                     return self._settings_view(state)
                 return self._save_settings(tx, state, patch_settings(state.settings, changes))
-            created = tx.create_channel(ChannelState(channel_id, settings))
+            created = tx.create_channel(ChannelState(channel_id, settings, history_since=tx.now()))
             view = self._settings_view(created)
             tx.emit(Event(channel_id, "settings", {"settings": view.model_dump(mode="json")}))
             return view
@@ -654,6 +684,9 @@ class ArbiterService:
         now = tx.now()
         before = rules.level(state, now)
         next_state = replace(state, settings=settings)
+        if settings.enabled and not state.settings.enabled:
+            # What was said while the fleet was off here is not read back by a catch-up after a restart.
+            next_state = replace(next_state, history_since=now)
         tx.replace_state(next_state)
         view = self._settings_view(next_state)
         tx.emit(Event(state.channel_id, "settings", {"settings": view.model_dump(mode="json")}))
@@ -666,7 +699,7 @@ class ArbiterService:
 
         def step(tx: WriteTx, state: ChannelState) -> int:
             deleted = tx.delete_history(channel_id)
-            transition = rules.clear_history(state)
+            transition = rules.clear_history(state, tx.now())
             tx.replace_state(transition.state)
             tx.emit(Event(channel_id, "cleared", {"last_seq": state.last_seq}))
             return deleted

@@ -20,9 +20,14 @@ if TYPE_CHECKING:
     from arbiter.contract import MessageView, StatusView
     from bots.persona import Persona
 
-__all__ = ("Plan", "anchor", "blocked", "plan_turn", "wait_for")
+__all__ = ("STALE_AFTER_S", "Plan", "anchor", "blocked", "plan_turn", "stale", "wait_for")
 
 _ORDER = (Tier.AIZUCHI, Tier.REMARK, Tier.LONG)
+
+# A message from others that is older than this when the persona looks is context, not a cue: no turn for it.
+# That is what the arbiter reads back after a restart (recorded with the time it was said): a question asked
+# twenty minutes ago is not answered as if it had just been asked.
+STALE_AFTER_S = 120.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +72,18 @@ def blocked(status: StatusView) -> str | None:
     if status.daily_token_budget is not None and status.tokens_today >= status.daily_token_budget:
         return "token budget spent"
     return None
+
+
+def stale(persona: Persona, status: StatusView, window: Sequence[MessageView]) -> str | None:
+    """Why the newest message is too old to answer now, or None. Its age is read on the arbiter's clock (the
+    status's ``now``; each message's ``at``). An addressed persona the arbiter still keeps the floor for answers
+    whatever the age: the floor runs from when the question was asked, so an old one never has it."""
+    if not window or persona.id in status.priority:
+        return None
+    age = status.now - window[-1].at
+    if age <= STALE_AFTER_S:
+        return None
+    return f"the newest message is stale ({age:.0f}s old): context, not a cue"
 
 
 def _dominating(persona: Persona, window: Sequence[MessageView]) -> bool:
@@ -142,6 +159,10 @@ def plan_turn(
     if not window or (window[-1].author_id == persona.id and persona.id not in status.priority):
         # Its own message is the newest - unless it was asked something while it was writing that: answer it.
         return Plan(None, why="nothing new from others")
+    too_old = None if intent is not None else stale(persona, status, window)
+    if too_old is not None:
+        # (An intent comes from a look at the thread while it was fresh: the persona follows through.)
+        return Plan(None, why=too_old)
     if status.claim is not None:
         return Plan(None, why="already holding a claim")
     wanted = intent or _wanted(persona, status, window, rng)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from arbiter import contract as wire
 from bots.errors import BotError, PostFailed
 from bots.llm.base import CompletionRequest, LLMError, ToolResult, ToolSpec, Turn
-from bots.planner import blocked
+from bots.planner import blocked, stale
 from bots.prompt import LANGUAGE_NAMES, length_in_words, persona_prompt
 from bots.runtime import ChannelWorker, PersonaRuntime
 from bots.text import neutralize_mentions
@@ -88,7 +88,8 @@ class ToolLoopWorker(ChannelWorker):
         self.answered = self.window[-1].seq if self.window else self.answered
         status = await runtime.arbiter.status(self.channel_id)
         # The reference had no pause, mute or budget; here they hold in this mode too: no loop, no tokens spent.
-        why = blocked(status)
+        # Nor did it read the history back after a restart: what was said long ago is no cue here either.
+        why = blocked(status) or stale(runtime.persona, status, list(self.window))
         if why is not None:
             _log.debug("persona=%s channel=%s: no loop: %s", runtime.persona.id, self.channel_id, why)
             return
@@ -103,7 +104,6 @@ class ToolLoopWorker(ChannelWorker):
                     turns=tuple(turns),
                     tools=TOOLS,
                     tool_choice="auto",
-                    max_tokens=runtime.config.max_tokens,
                 )
                 runtime.stats.llm_requests += 1
                 try:

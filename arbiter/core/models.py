@@ -216,6 +216,9 @@ class ChannelState:
     recent_substantive: tuple[int, ...] = ()  # seqs, oldest first, at most RECENT_SUBSTANTIVE
     tokens_day: int = 0  # proleptic ordinal of the UTC day tokens_used belongs to
     tokens_used: int = 0
+    # When the fleet was last enabled here or the history cleared: what was said on the platform before then is
+    # not part of the history, so a catch-up after a restart reads nothing older. None: no such moment is known.
+    history_since: float | None = None
 
     def spend(self, spend_id: str) -> Spend | None:
         for claim in self.claims:

@@ -473,8 +473,16 @@ def observe(
     *,
     platform_message_id: str | None = None,
     addressed: tuple[str, ...] = (),
+    at: float | None = None,
 ) -> Transition:
-    """Record a message that cost nothing: a human's, or another bot's. Humans never pay."""
+    """Record a message that cost nothing: a human's, or another bot's. Humans never pay.
+
+    ``at``: when it was said, for a message recorded late (read back from the platform after a restart); never
+    later than ``now``. The message keeps that time, and the floor and the human hold it gives run from it: a
+    question asked twenty minutes ago gives nobody the floor now. It counts as any message does otherwise (a
+    human's resets the bots' streak), since it was said after everything before it in the history.
+    """
+    said = now if at is None else min(at, now)
     message = Message(
         channel_id=state.channel_id,
         seq=state.last_seq + 1,
@@ -482,15 +490,15 @@ def observe(
         author_kind=author.kind,
         author_name=author.name,
         text=text,
-        created_at=now,
+        created_at=said,
         platform_message_id=platform_message_id,
         addressed=addressed if author.kind is AuthorKind.HUMAN else (),
     )
     fields = _after_message(state, message)
     if author.kind is AuthorKind.HUMAN:
-        window = state.settings.priority_window_s
-        gets_floor = bool(message.addressed) and window > 0
-        floor = Priority(frozenset(message.addressed), now + window, message.seq)
+        until = said + state.settings.priority_window_s
+        gets_floor = bool(message.addressed) and until > now
+        floor = Priority(frozenset(message.addressed), until, message.seq)
         fields["priority"] = floor if gets_floor else None
     next_state = replace(state, **fields)
     return Transition(next_state, message, new_messages=(message,))
@@ -563,10 +571,17 @@ def record_usage(state: ChannelState, tokens: int, now: float) -> Transition:
     return Transition(replace(state, tokens_day=day, tokens_used=used))
 
 
-def clear_history(state: ChannelState) -> Transition:
-    """Forget the conversation, not the sequence: new messages keep counting up, so no seq is reused."""
+def clear_history(state: ChannelState, now: float) -> Transition:
+    """Forget the conversation, not the sequence: new messages keep counting up, so no seq is reused. What was
+    said on the platform before ``now`` stays forgotten: a catch-up after a restart does not read it back."""
     return Transition(
         replace(
-            state, bot_streak=0, last_human_at=None, priority=None, recent_substantive=(), last_human_seq=state.last_seq
+            state,
+            bot_streak=0,
+            last_human_at=None,
+            priority=None,
+            recent_substantive=(),
+            last_human_seq=state.last_seq,
+            history_since=now,
         )
     )

@@ -1,10 +1,14 @@
-"""ArbiterBot: records every message of the channels where the fleet is enabled, and serves ``/aizuchi``."""
+"""ArbiterBot: records every message of the channels where the fleet is enabled (reading back, after a restart
+or a reconnect, what it missed), and serves ``/aizuchi``."""
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 import logging
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import discord
 
 from arbiter.core.errors import ArbiterError, NotFound
@@ -15,9 +19,19 @@ from arbiter.discord_bot.commands import ModeratorCommands, ModeratorTree
 if TYPE_CHECKING:
     from arbiter.service import ArbiterService
 
-__all__ = ("ArbiterBot", "arbiter_intents")
+__all__ = ("ArbiterBot", "CommandSyncRefused", "arbiter_intents")
 
 _log = logging.getLogger(__name__)
+
+# After a restart or a new gateway session the bot reads back what was said meanwhile in each enabled channel:
+# at most this many of the newest messages, none older than this. A longer gap is not filled in.
+CATCH_UP_LIMIT = 100  # one request: Discord's page size
+CATCH_UP_WINDOW_S = 3600.0
+# How long a new message waits for a catch-up of its channel to finish before it is recorded anyway (so that
+# the history keeps Discord's order: what was said while the bot was away comes before what is said now).
+_INTAKE_WAIT_S = 60.0
+
+_CatchUpChannel = discord.TextChannel | discord.VoiceChannel | discord.StageChannel | discord.Thread
 
 
 def arbiter_intents() -> discord.Intents:
@@ -26,6 +40,12 @@ def arbiter_intents() -> discord.Intents:
     intents.guild_messages = True
     intents.message_content = True  # privileged: the history needs what people said (see the README)
     return intents
+
+
+class CommandSyncRefused(ArbiterError):
+    """Discord would not take the slash commands: without them no moderator can enable a channel."""
+
+    code = "sync_refused"
 
 
 class ArbiterBot(discord.Client):
@@ -43,19 +63,55 @@ class ArbiterBot(discord.Client):
         self.tree = ModeratorTree(self)
         self.tree.add_command(ModeratorCommands(service, moderator_role=moderator_role))
         self._guilds = list(guilds or [])
+        # Catching up (see on_ready): the tasks under way, by channel; the channels to catch up on (again).
+        self._catch_ups: dict[str, asyncio.Task[None]] = {}
+        self._catch_up_again: set[str] = set()
+        self._background: set[asyncio.Task[None]] = set()
+        self._intake_open = asyncio.Event()  # cleared from a new session's READY until its catch-ups are under way
+        self._intake_open.set()
+        self._warned: set[str] = set()  # channels whose history cannot be read, warned about once
 
     async def setup_hook(self) -> None:
         # Guild commands appear at once; global ones can take a while, and syncing is rate limited.
-        if self._guilds:
-            for guild_id in self._guilds:
-                guild = discord.Object(guild_id)
-                self.tree.copy_global_to(guild=guild)
+        if not self._guilds:
+            try:
+                await self.tree.sync()
+            except (discord.Forbidden, discord.NotFound) as error:
+                raise CommandSyncRefused(
+                    f"Discord refused the slash commands ({error.status} {error.text}): invite the arbiter's bot "
+                    "with the applications.commands scope (the README's invite URL)"
+                ) from error
+            return
+        for guild_id in self._guilds:
+            guild = discord.Object(guild_id)
+            self.tree.copy_global_to(guild=guild)
+            try:
                 await self.tree.sync(guild=guild)
-        else:
-            await self.tree.sync()
+            except (discord.Forbidden, discord.NotFound) as error:
+                raise CommandSyncRefused(
+                    f"Discord refused the slash commands in server {guild_id} ({error.status} {error.text}): the "
+                    "arbiter's bot is not in that server, or was invited without the applications.commands scope;"
+                    " check ARBITER_DISCORD_GUILDS and invite it with the README's URL"
+                ) from error
 
     async def on_ready(self) -> None:
+        """After every new gateway session (the first, and one that replaced a lost session): read back what was
+        said while the bot was away."""
         _log.info("arbiter bot is on Discord as %s", self.user)
+        self._start_catch_up()
+
+    async def on_resumed(self) -> None:
+        """A resumed session: Discord replayed the events it missed; a catch-up fills in any it did not."""
+        self._start_catch_up()
+
+    async def on_connect(self) -> None:
+        # A new session (READY): messages may arrive before on_ready; they wait for its catch-up (see on_message).
+        self._intake_open.clear()
+
+    async def close(self) -> None:
+        for task in [*self._background, *self._catch_ups.values()]:
+            task.cancel()
+        await super().close()
 
     # --- message intake: translate, then hand to the service -------------------------------------------
 
@@ -65,12 +121,25 @@ class ArbiterBot(discord.Client):
         except NotFound:
             return False
 
+    def _observable(self, message: discord.Message) -> bool:
+        """A message of a server channel, not the arbiter's own."""
+        return message.guild is not None and self.user is not None and message.author.id != self.user.id
+
     async def on_message(self, message: discord.Message) -> None:
-        if message.guild is None or self.user is None or message.author.id == self.user.id:
+        if not self._observable(message):
             return
         channel_id = str(message.channel.id)
+        await self._after_catch_up(channel_id)
         if not await self._enabled(channel_id):
             return
+        try:
+            await self._record(channel_id, message)
+        except ArbiterError as error:
+            _log.warning("could not record message %s in %s: %s", message.id, channel_id, error)
+
+    async def _record(self, channel_id: str, message: discord.Message, *, at: float | None = None) -> bool:
+        """Translate a Discord message into a record of the channel's history (``at``: see record_message).
+        Whether it was new there."""
         persona = self.service.persona_of_platform_user(str(message.author.id))
         if persona is not None:
             kind, author_id = AuthorKind.PERSONA, persona
@@ -78,19 +147,120 @@ class ArbiterBot(discord.Client):
             kind = AuthorKind.BOT if message.author.bot else AuthorKind.HUMAN
             author_id = str(message.author.id)
         mentioned = (self.service.persona_of_platform_user(str(user.id)) for user in message.mentions)
-        text = _text(message)
+        result = await self.service.record_message(
+            channel_id,
+            author_id=author_id,
+            author_name=message.author.display_name[:80],
+            text=_text(message),
+            author_kind=kind,
+            platform_message_id=str(message.id),
+            mentions=[persona_id for persona_id in mentioned if persona_id is not None],
+            at=at,
+        )
+        return result.created
+
+    # --- catching up after a restart or a reconnect ------------------------------------------------------
+
+    async def _after_catch_up(self, channel_id: str) -> None:
+        """Wait while the channel's history is being read back, so what is said now is recorded after it."""
         try:
-            await self.service.record_message(
-                channel_id,
-                author_id=author_id,
-                author_name=message.author.display_name[:80],
-                text=text,
-                author_kind=kind,
-                platform_message_id=str(message.id),
-                mentions=[persona_id for persona_id in mentioned if persona_id is not None],
+            async with asyncio.timeout(_INTAKE_WAIT_S):
+                await self._intake_open.wait()
+                while (task := self._catch_ups.get(channel_id)) is not None:
+                    await asyncio.wait({task})
+        except TimeoutError:
+            _log.warning("channel %s: a catch-up is taking long; recording a new message meanwhile", channel_id)
+
+    def _start_catch_up(self) -> None:
+        self._intake_open.clear()
+        task = asyncio.create_task(self._catch_up_all(), name="arbiter catch-up")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _catch_up_all(self) -> None:
+        try:
+            for summary in (await self.service.channels()).channels:
+                # Channels of the local room share the database; only Discord's (snowflake ids) are read back.
+                if summary.enabled and summary.channel_id.isdigit():
+                    self._catch_up_channel(summary.channel_id)
+        except Exception as error:  # the database; the bot goes on, recording new messages as they come
+            _log.warning("could not list the channels to catch up on (%s: %s)", type(error).__name__, error)
+        finally:
+            self._intake_open.set()  # new messages now wait only for their own channel's catch-up
+
+    def _catch_up_channel(self, channel_id: str) -> None:
+        """Catch up on the channel: now, or again right after the catch-up under way, never two at once."""
+        self._catch_up_again.add(channel_id)
+        if channel_id not in self._catch_ups:
+            task = asyncio.create_task(self._catch_up_loop(channel_id), name=f"arbiter catch-up {channel_id}")
+            self._catch_ups[channel_id] = task
+
+    async def _catch_up_loop(self, channel_id: str) -> None:
+        try:
+            while channel_id in self._catch_up_again:
+                self._catch_up_again.discard(channel_id)
+                try:
+                    await self._catch_up(channel_id)
+                except (discord.DiscordException, aiohttp.ClientError, ArbiterError, OSError, TimeoutError) as error:
+                    _log.warning(
+                        "channel %s: could not read back what was said while the arbiter was away (%s: %s)",
+                        channel_id,
+                        type(error).__name__,
+                        error,
+                    )
+                except Exception:
+                    _log.exception("channel %s: catch-up failed", channel_id)
+        finally:
+            del self._catch_ups[channel_id]
+
+    async def _catch_up(self, channel_id: str) -> None:
+        """Record, oldest first and each once, the channel's messages after the newest one recorded: at most the
+        last CATCH_UP_LIMIT, none older than CATCH_UP_WINDOW_S nor from before the fleet was (re-)enabled there or
+        its history cleared. Each keeps the time it was said (see ``rules.observe``)."""
+        channel = self._readable_channel(channel_id)
+        if channel is None:
+            return
+        mark = await self.service.intake_mark(channel_id)
+        since = self.service.now() - CATCH_UP_WINDOW_S
+        if mark.since is not None:
+            since = max(since, mark.since)
+        after = _snowflake_before(since)
+        if mark.after is not None:
+            after = max(after, int(mark.after))
+        # Newest first, one page, then oldest first: the last CATCH_UP_LIMIT messages after ``after``.
+        history = channel.history(limit=CATCH_UP_LIMIT, after=discord.Object(after), oldest_first=False)
+        found = [message async for message in history]
+        recorded = 0
+        for message in reversed(found):
+            if not self._observable(message):
+                continue
+            try:
+                recorded += await self._record(channel_id, message, at=message.created_at.timestamp())
+            except NotFound:
+                return  # the channel was deleted meanwhile
+            except ArbiterError as error:
+                _log.warning("could not record message %s in %s: %s", message.id, channel_id, error)
+        if recorded:
+            _log.info("channel %s: recorded %d messages said while the arbiter was away", channel_id, recorded)
+
+    def _readable_channel(self, channel_id: str) -> _CatchUpChannel | None:
+        """The channel, if the bot can read its history; else None, with one warning per channel."""
+        channel = self.get_channel(int(channel_id))
+        if not isinstance(channel, _CatchUpChannel):
+            why = "is not a text channel the arbiter's bot can see (deleted, or the bot is not in its server)"
+        elif not (permissions := channel.permissions_for(channel.guild.me)).view_channel:
+            why = f"(#{channel.name}): the arbiter's bot lacks the View Channel permission there"
+        elif not permissions.read_message_history:
+            why = f"(#{channel.name}): the arbiter's bot lacks the Read Message History permission there"
+        else:
+            self._warned.discard(channel_id)
+            return channel
+        if channel_id not in self._warned:
+            self._warned.add(channel_id)
+            _log.warning(
+                "channel %s %s, so what is said there while the arbiter is away is not recorded", channel_id, why
             )
-        except ArbiterError as error:
-            _log.warning("could not record message %s in %s: %s", message.id, channel_id, error)
+        return None
 
     async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
         if payload.guild_id is None or "content" not in payload.data:
@@ -116,6 +286,11 @@ class ArbiterBot(discord.Client):
             pass  # a message from before the fleet was enabled, or from another channel
         except ArbiterError as error:
             _log.warning("could not apply a change to message %s in %s: %s", message_id, channel_id, error)
+
+
+def _snowflake_before(at: float) -> int:
+    """The largest snowflake before POSIX time ``at``: messages after it were said at ``at`` or later."""
+    return discord.utils.time_snowflake(dt.datetime.fromtimestamp(max(at, 1_420_070_400.0), dt.UTC)) - 1
 
 
 def _text(message: discord.Message) -> str:

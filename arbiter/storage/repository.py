@@ -51,6 +51,7 @@ __all__ = (
     "message",
     "message_by_platform_id",
     "persona_infos",
+    "recent_platform_ids",
     "save_channels",
     "spends_by_id",
     "update_messages",
@@ -78,6 +79,7 @@ _STATE_COLUMNS = (
     "recent_substantive",
     "tokens_day",
     "tokens_used",
+    "history_since",
     "updated_at",
 )
 _SETTINGS_COLUMNS = (
@@ -198,6 +200,7 @@ def _state_columns(state: ChannelState) -> dict[str, Any]:
         "recent_substantive": list(state.recent_substantive),
         "tokens_day": state.tokens_day,
         "tokens_used": state.tokens_used,
+        "history_since": state.history_since,
     }
 
 
@@ -357,6 +360,7 @@ def _state_from(row: Row[Any], channel_spends: Iterable[Spend]) -> ChannelState:
         recent_substantive=tuple(row.recent_substantive),
         tokens_day=row.tokens_day,
         tokens_used=row.tokens_used,
+        history_since=row.history_since,
     )
 
 
@@ -488,6 +492,18 @@ _RECENT_HISTORY = _DriverQuery(
     .order_by(messages.c.seq.desc())
     .limit(bindparam("limit"))
 )
+
+
+def recent_platform_ids(conn: Connection, channel_id: str, limit: int) -> list[str]:
+    """The platform ids of the channel's last ``limit`` messages that have one, newest (by seq) first; deleted
+    messages included (they were said and recorded), retracted ones have none."""
+    query = (
+        select(messages.c.platform_message_id)
+        .where(messages.c.channel_id == channel_id, messages.c.platform_message_id.is_not(None))
+        .order_by(messages.c.seq.desc())
+        .limit(limit)
+    )
+    return [row[0] for row in conn.execute(query)]
 
 
 def delete_history(conn: Connection, channel_id: str) -> int:

@@ -59,6 +59,7 @@ class ChannelRow(Base):
     tokens_used: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[float]
     updated_at: Mapped[float]
+    history_since: Mapped[float | None]  # see ChannelState.history_since
 
 
 class SpendRow(Base):

@@ -23,7 +23,7 @@ from arbiter.contract import (
     Tier,
     TierView,
 )
-from bots.planner import Plan, anchor, blocked, plan_turn, wait_for
+from bots.planner import STALE_AFTER_S, Plan, anchor, blocked, plan_turn, stale, wait_for
 from tests.support.fleet import make_persona
 
 NOW = 1_785_000_000.0
@@ -92,6 +92,7 @@ class Line:
     tier: Tier | None = None
     seq: int = 0
     addressed: list[str] = field(default_factory=list)
+    age: float | None = None  # seconds before NOW it was said (default: a little over a minute and a half)
 
     def view(self, seq: int) -> MessageView:
         human = self.tier is None
@@ -101,7 +102,7 @@ class Line:
             author_kind=AuthorKind.HUMAN if human else AuthorKind.PERSONA,
             author_name=self.author.title(),
             text=f"message {seq} from {self.author}",
-            at=NOW - 100 + seq,
+            at=NOW - 100 + seq if self.age is None else NOW - self.age,
             tier=self.tier,
             addressed=self.addressed,
         )
@@ -191,6 +192,92 @@ def test_asked_while_it_was_writing_it_answers_although_its_own_message_is_the_n
     plan = plan_turn(persona(openness=0.0), status(priority=(ME,)), window(HUMAN, Line(ME, REMARK)), Dice(0.999))
 
     assert plan.tier is REMARK
+
+
+# --- stale messages: context, not a cue -----------------------------------------------------------------------
+
+TWENTY_MINUTES = 20 * 60.0
+
+
+@pytest.mark.parametrize(
+    ("age", "is_stale"),
+    [
+        pytest.param(0.0, False, id="just-said"),
+        pytest.param(60.0, False, id="a-minute-ago"),
+        pytest.param(STALE_AFTER_S, False, id="at-the-threshold"),
+        pytest.param(STALE_AFTER_S + 0.5, True, id="just-past-the-threshold"),
+        pytest.param(TWENTY_MINUTES, True, id="twenty-minutes-ago"),
+    ],
+)
+def test_a_message_older_than_the_threshold_is_context_not_a_cue(age: float, is_stale: bool) -> None:
+    talkative = persona(talkativeness=1.0, openness=0.0)
+    lines = window(Line("yui", age=age))
+
+    plan = plan_turn(talkative, status(), lines, Dice(0.0, 0.999) if not is_stale else Dice())
+
+    if is_stale:
+        assert plan == Plan(None, why=plan.why)  # final, and not quiet: no second look either
+        assert "stale" in plan.why and plan.final and not plan.quiet
+        assert stale(talkative, status(), lines) == plan.why
+    else:
+        assert plan.tier is REMARK
+        assert stale(talkative, status(), lines) is None
+
+
+STALE_CASES = [
+    # (id, status seen, window, dice, intent, tier claimed)
+    pytest.param(
+        status(),
+        (Line("yui", addressed=[ME], age=TWENTY_MINUTES),),
+        (),
+        None,
+        None,
+        id="an-old-question-to-it-the-arbiter-keeps-no-floor-for",
+    ),
+    pytest.param(
+        status(priority=(ME,)),
+        (Line("yui", addressed=[ME], age=STALE_AFTER_S + 60),),
+        (0.999,),
+        None,
+        REMARK,
+        id="addressed-and-the-arbiter-still-keeps-the-floor-for-it",
+    ),
+    pytest.param(
+        status(),
+        (Line("yui", age=TWENTY_MINUTES), Line("ben", REMARK, age=TWENTY_MINUTES - 1)),
+        (),
+        None,
+        None,
+        id="an-old-exchange-between-others",
+    ),
+    pytest.param(
+        status(),
+        (Line("yui", age=TWENTY_MINUTES), Line("yui", age=5.0)),
+        (0.0, 0.999),
+        None,
+        REMARK,
+        id="a-fresh-message-after-old-ones",
+    ),
+    pytest.param(
+        status(),
+        (Line("yui", age=STALE_AFTER_S + 30),),
+        (),
+        REMARK,
+        REMARK,
+        id="following-through-on-what-it-wanted-while-the-thread-was-fresh",
+    ),
+]
+
+
+@pytest.mark.parametrize(("seen", "lines", "dice", "intent", "tier"), STALE_CASES)
+def test_stale_or_not(
+    seen: StatusView, lines: tuple[Line, ...], dice: tuple[float, ...], intent: Tier | None, tier: Tier | None
+) -> None:
+    plan = plan_turn(persona(talkativeness=1.0, openness=0.0), seen, window(*lines), Dice(*dice), intent=intent)
+
+    assert plan.tier is tier, plan
+    if tier is None:
+        assert "stale" in plan.why and plan.final
 
 
 # --- the table: who wants what, and what the pool allows -----------------------------------------------------

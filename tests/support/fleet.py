@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import inspect
 import random
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -347,12 +348,15 @@ class Live:
 
 
 @contextlib.asynccontextmanager
-async def live_arbiter(database_url: str, *, extra_tokens: Mapping[str, str] | None = None) -> AsyncIterator[Live]:
-    """An arbiter served on a real port, a session for the personas; everything closed on exit."""
+async def live_arbiter(
+    database_url: str, *, extra_tokens: Mapping[str, str] | None = None, clock: Callable[[], float] = time.time
+) -> AsyncIterator[Live]:
+    """An arbiter served on a real port, a session for the personas; everything closed on exit. ``clock`` is the
+    arbiter's (the personas wait on the event loop's clock whatever it is)."""
     tokens = {**FLEET_TOKENS, **(extra_tokens or {})}
     log = RequestLog(tokens)
     async with (
-        open_arbiter(make_settings(database_url), extra_personas=tokens) as arbiter,
+        open_arbiter(make_settings(database_url), clock=clock, extra_personas=tokens) as arbiter,
         aiohttp.ClientSession(trace_configs=[log.trace_config()]) as session,
     ):
         live = Live(arbiter, session, tokens, log)

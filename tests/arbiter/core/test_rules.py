@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from arbiter.core import rules
 from arbiter.core.errors import ConflictError, InvalidRequest, NotFound, PermissionDenied
-from arbiter.core.models import AuthorKind, ChannelState, Message, RefusalReason, SpendState, Tier
+from arbiter.core.models import AuthorKind, ChannelState, Message, Priority, RefusalReason, SpendState, Tier
 from arbiter.core.rules import ClaimGranted, Released
 from tests.arbiter.core.builders import (
     DISTINCT_RECOVERY,
@@ -882,6 +882,56 @@ def test_a_human_message_records_whom_it_addresses() -> None:
     assert transition.state.last_human_at == T0
 
 
+# --- messages recorded late (read back from the platform after a restart) ---------------------------------
+
+
+def _late(state: ChannelState, at: float, now: float, **fields: Any) -> tuple[ChannelState, Message]:
+    transition = rules.observe(state, fields.pop("author", HUMAN), "Kai, are you there?", now, at=at, **fields)
+    assert isinstance(transition.outcome, Message)
+    return transition.state, transition.outcome
+
+
+@pytest.mark.parametrize(
+    ("ago", "floor"),
+    [(20 * 60.0, False), (20.0, False), (19.5, True), (0.0, True)],
+    ids=["twenty-minutes", "the-whole-window", "half-a-second-left", "just-now"],
+)
+def test_a_late_question_gives_the_floor_only_for_what_is_left_of_its_window(ago: float, floor: bool) -> None:
+    now = T0 + 3_600
+    state, message = _late(channel(priority_window_s=20), now - ago, now, addressed=("kai",))
+    assert message.created_at == now - ago
+    assert message.addressed == ("kai",)  # who it addressed is still part of the history
+    assert (state.priority is not None) is floor
+    if floor:
+        assert state.priority == Priority(frozenset({"kai"}), now - ago + 20, message.seq)
+        assert refusal(_consume(state, Tier.REMARK, now)).reason is R.PRIORITY
+    else:
+        speech(_consume(state, Tier.REMARK, now))
+
+
+def test_a_late_human_message_holds_nobody_back_once_its_hold_has_passed() -> None:
+    now = T0 + 3_600
+    state, _ = _late(channel(human_hold_s=3), now - 60, now)
+    assert state.last_human_at == now - 60
+    speech(_consume(state, Tier.REMARK, now))
+
+
+def test_a_late_message_counts_as_any_message_otherwise() -> None:
+    state = said(said(channel(capacity=1_000), KAI, Tier.REMARK, T0), MIO, Tier.REMARK, T0 + 1)
+    state, message = _late(state, T0 + 0.5, T0 + 600)
+    assert (message.seq, state.last_seq, state.last_human_seq, state.bot_streak) == (3, 3, 3, 0)
+    assert state.recent_substantive[-1] == 3
+    later, bot_message = _late(state, T0 + 1, T0 + 600, author=OTHER_BOT)
+    assert (bot_message.seq, later.bot_streak) == (4, 1)
+    assert rules.level(later, T0 + 600) == 1_000  # nobody paid, and the refunds went by the clock, not ``at``
+
+
+def test_a_late_message_is_never_dated_after_now() -> None:
+    state, message = _late(channel(priority_window_s=20), T0 + 5, T0, addressed=("kai",))
+    assert message.created_at == T0
+    assert state.priority is not None and state.priority.until == T0 + 20
+
+
 # --- retract and link -------------------------------------------------------------------------------------
 
 
@@ -969,9 +1019,10 @@ def test_clear_history_forgets_the_conversation_but_not_the_sequence() -> None:
     state = hear(channel(capacity=200, idle_cap=2, priority_window_s=20), T0, addressed=("kai",))
     state = said(state, KAI, Tier.REMARK, T0 + 1)
     state = said(state, MIO, Tier.REMARK, T0 + 1)
-    cleared = rules.clear_history(state).state
+    cleared = rules.clear_history(state, T0 + 2).state
     assert (cleared.bot_streak, cleared.priority, cleared.recent_substantive) == (0, None, ())
     assert cleared.last_seq == 3
+    assert cleared.history_since == T0 + 2  # a catch-up after a restart reads nothing said before
     state, granted = say(cleared, HANA, Tier.AIZUCHI, T0 + 2, based_on_seq=3)
     assert granted.message.seq == 4
 
