@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import re
 import signal
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
-from pydantic_settings import SettingsError
+from pydantic_settings import BaseSettings, SettingsError
 
 from aizuchi.logs import configure_logging
 
@@ -48,49 +49,71 @@ def _run(coro_factory: Callable[[], Coroutine[Any, Any, int | None]]) -> int:
         return runner.run(guarded()) or 0
 
 
+S = TypeVar("S", bound=BaseSettings)
+
+
+def _settings(kind: type[S], **overrides: Any) -> S:
+    """``kind`` from the environment and .env; a value that cannot even be decoded is named by its variable."""
+    try:
+        return kind(**overrides)
+    except SettingsError as error:
+        # A variable that holds a list or a mapping must be JSON; pydantic-settings names the field, not the variable.
+        found = re.search(r'field "(\w+)"', str(error))
+        variable = f"{kind.model_config.get('env_prefix', '')}{found.group(1)}".upper() if found else "a setting"
+        raise _Undecodable(f"{variable} is not valid JSON") from None
+
+
+class _Undecodable(Exception):
+    pass
+
+
 def _arbiter(args: argparse.Namespace) -> int:
     from aizuchi.run import run_arbiter
+    from aizuchi.settings import DiscordEndpoints
     from arbiter.settings import ArbiterSettings
 
     overrides = {key: value for key, value in (("host", args.host), ("port", args.port)) if value is not None}
-    settings = ArbiterSettings(**overrides)
+    settings, endpoints = _settings(ArbiterSettings, **overrides), _settings(DiscordEndpoints)
     configure_logging(settings.log_level)
-    return _run(lambda: run_arbiter(settings))
+    return _run(lambda: run_arbiter(settings, endpoints))
 
 
 def _run_all(args: argparse.Namespace) -> int:
     from aizuchi.run import run_all
+    from aizuchi.settings import DiscordEndpoints
     from arbiter.settings import ArbiterSettings
-    from bots.settings import BotsSettings
+    from bots.settings import BotsSettings, Environment
 
     overrides = {key: value for key, value in (("host", args.host), ("port", args.port)) if value is not None}
-    settings, bots = ArbiterSettings(**overrides), BotsSettings()
+    settings = _settings(ArbiterSettings, **overrides)
+    bots, endpoints = _settings(BotsSettings), _settings(DiscordEndpoints)
+    env = Environment.read()
     configure_logging(settings.log_level)
-    return _run(lambda: run_all(settings, bots))
+    return _run(lambda: run_all(settings, bots, env, endpoints))
 
 
 def _bots(args: argparse.Namespace) -> int:
     from aizuchi.run import run_bots
-    from bots.settings import BotsSettings
+    from aizuchi.settings import DiscordEndpoints
+    from bots.settings import BotsSettings, Environment
 
-    bots = BotsSettings()
+    bots, endpoints, env = _settings(BotsSettings), _settings(DiscordEndpoints), Environment.read()
     configure_logging(bots.log_level)
-    return _run(lambda: run_bots(bots, args.persona or None))
+    return _run(lambda: run_bots(bots, env, endpoints, args.persona or None))
 
 
 def _personas_check(args: argparse.Namespace) -> int:
-    import os
     from pathlib import Path
 
     from bots.check import check_personas
-    from bots.settings import BotsSettings
+    from bots.settings import BotsSettings, Environment
 
-    settings = BotsSettings()
+    settings, env = _settings(BotsSettings), Environment.read()
     directory = Path(args.dir) if args.dir else settings.personas_dir
-    report = check_personas(directory, settings.profiles_file, os.environ)
+    report = check_personas(directory, settings.profiles_file, env)
     for persona in report.personas:
         token = persona.discord_token_env or "-"
-        state = "set" if persona.discord_token_env and os.environ.get(persona.discord_token_env) else "not set"
+        state = "set" if persona.discord_token_env and env.get(persona.discord_token_env) else "not set"
         print(
             f"{persona.id:<10} {persona.display_name:<10} {persona.language}  profile={persona.provider:<10}"
             f" talkativeness={persona.talkativeness:.2f}  discord token {token} ({state})"
@@ -117,8 +140,18 @@ def _bench_conversation(args: argparse.Namespace) -> int:
     return _run(lambda: run_benchmark(args))
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("aizuchi")
+    except PackageNotFoundError:  # pragma: no cover - run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aizuchi", description="A fleet of AI personas that take turns.")
+    parser.add_argument("--version", action="version", version=f"aizuchi {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="<command>")
 
     arbiter = commands.add_parser("arbiter", help="the arbiter: its HTTP API, and its Discord bot if it has a token")
@@ -176,20 +209,39 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The variables each settings class reads its fields from.
+_PREFIXES = {"ArbiterSettings": "ARBITER_", "BotsSettings": "AIZUCHI_", "DiscordEndpoints": "AIZUCHI_DISCORD_"}
+
+
+def describe_settings_error(error: ValidationError) -> str:
+    """One line naming each variable in error and what is wrong, without the value (it may be a secret)."""
+    prefix = _PREFIXES.get(error.title, "")
+    problems = []
+    for item in error.errors(include_input=False, include_url=False):
+        field = str(item["loc"][0]) if item["loc"] else ""
+        variable = field if field.isupper() else f"{prefix}{field.upper()}"
+        message = str(item["msg"]).removeprefix("Value error, ")
+        problems.append(f"{variable}: {message}" if variable else message)
+    return "; ".join(problems)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from aizuchi.errors import FleetError
     from arbiter.core.errors import ArbiterError
     from bots.errors import BotError
 
     try:
         return int(args.func(args))
     except ValidationError as error:
-        print(f"aizuchi: invalid settings:\n{error}", file=sys.stderr)
+        print(f"aizuchi: invalid settings: {describe_settings_error(error)}", file=sys.stderr)
         return 2
-    except SettingsError as error:
-        # A variable that holds a list or a mapping must be JSON; pydantic-settings says which one is not.
-        print(f"aizuchi: invalid settings: {error} (it must be JSON)", file=sys.stderr)
+    except _Undecodable as error:
+        print(f"aizuchi: invalid settings: {error}", file=sys.stderr)
         return 2
+    except FleetError as error:
+        print(f"aizuchi: {error.message}", file=sys.stderr)
+        return 1
     except ArbiterError as error:
         print(f"aizuchi: {error.message}", file=sys.stderr)
         return 1

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
-import os
 import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from aizuchi.errors import SetupError
 from bots.arbiter_client import ArbiterClient
-from bots.llm.profiles import create_provider, load_profiles
+from bots.llm.base import LLMAuthError
+from bots.llm.profiles import ProviderProfile, create_provider, load_profiles, required_key
 from bots.persona import Persona, load_personas
-from bots.runtime import PersonaRuntime, RuntimeConfig
+from bots.runtime import PersonaRuntime
 from bots.tool_loop import ToolLoopRuntime
 
 if TYPE_CHECKING:
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
     from bots.platforms.base import Platform
     from bots.settings import BotsSettings
 
-__all__ = ("Fleet", "open_fleet", "select_personas")
+__all__ = ("Cast", "Fleet", "cast_personas", "open_fleet")
 
 _log = logging.getLogger(__name__)
 
@@ -37,39 +39,73 @@ class Fleet:
         for runtime in self.runtimes.values():
             runtime.join(channel_id)
 
+    async def follow(self, channel_id: str, within: float = 10.0) -> None:
+        """Every persona takes part in ``channel_id``, and follows its events before this returns: what is said
+        there next is a cue for each of them, not context they found on arriving."""
+        workers = [runtime.join(channel_id) for runtime in self.runtimes.values()]
+        try:
+            async with asyncio.timeout(within):
+                await asyncio.gather(*(worker.ready() for worker in workers))
+        except TimeoutError:
+            _log.warning("not every persona follows channel %s yet; they keep trying", channel_id)
+
     async def close(self) -> None:
         for runtime in self.runtimes.values():
             await runtime.close()
             await runtime.provider.aclose()
 
 
-def select_personas(settings: BotsSettings, only: list[str] | None = None) -> list[Persona]:
-    return load_personas(settings.personas_dir, only or settings.personas or None)
+@dataclass(frozen=True)
+class Cast:
+    """The personas to run, each with its provider profile: checked before anything starts, so a setup mistake
+    ends the command before a port is bound or a bot logs in."""
+
+    personas: list[Persona]
+    profiles: dict[str, ProviderProfile]  # persona id -> its profile
+
+
+def cast_personas(settings: BotsSettings, env: Mapping[str, str], only: list[str] | None = None) -> Cast:
+    """The personas ``settings`` (or ``only``) name, and their profiles; every key a profile needs must be set.
+
+    Raises SetupError naming the persona, the profile and the variable to set.
+    """
+    personas = load_personas(settings.personas_dir, only or settings.personas or None)
+    profiles = load_profiles(settings.profiles_file if settings.profiles_file.exists() else None)
+    chosen: dict[str, ProviderProfile] = {}
+    for persona in personas:
+        name = settings.profile or persona.provider
+        if name not in profiles:
+            where = "AIZUCHI_PROFILE" if settings.profile else f"the provider of {persona.id}'s persona file"
+            raise SetupError(
+                f"no provider profile named {name!r} ({where}); known: {', '.join(sorted(profiles))}"
+                f" (add one to {settings.profiles_file})"
+            )
+        profile = chosen[persona.id] = profiles[name]
+        try:
+            required_key(profile, env)
+        except LLMAuthError as error:
+            raise SetupError(f"persona {persona.id}: {error.message}") from None
+    return Cast(personas, chosen)
 
 
 @contextlib.asynccontextmanager
 async def open_fleet(
     settings: BotsSettings,
-    personas: list[Persona],
+    cast: Cast,
     *,
+    env: Mapping[str, str],
     session: aiohttp.ClientSession,
     arbiter_url: str,
     tokens: Mapping[str, str],
     platform: Callable[[Persona], Platform],
-    env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Fleet]:
     """Build one runtime per persona; stop them all on the way out, which releases any claim still held.
     Call each runtime's ``start()`` once the arbiter can be reached (and, on Discord, once the persona's
     account is known), then ``join`` channels."""
-    env = os.environ if env is None else env
-    profiles = load_profiles(settings.profiles_file if settings.profiles_file.exists() else None)
     fleet = Fleet()
     try:
-        for index, persona in enumerate(personas):
-            name = settings.profile or persona.provider
-            if name not in profiles:
-                raise KeyError(f"persona {persona.id}: no provider profile named {name!r}")
-            profile = profiles[name]
+        for index, persona in enumerate(cast.personas):
+            profile = cast.profiles[persona.id]
             provider = create_provider(
                 profile, env, aizuchi=persona.samples.aizuchi, remarks=persona.samples.remarks, seed=index
             )
@@ -79,7 +115,6 @@ async def open_fleet(
                 provider,
                 ArbiterClient(session, arbiter_url, tokens[persona.id]),
                 platform(persona),
-                config=RuntimeConfig(max_tokens=profile.max_tokens),
                 rng=random.Random(),
             )
             fleet.runtimes[persona.id] = runtime

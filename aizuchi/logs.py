@@ -28,9 +28,24 @@ class _Who(logging.Filter):
         return True
 
 
+class _Reconnects(logging.Filter):
+    """discord.py logs each reconnect after a network error at ERROR, with a traceback. It is routine, and the
+    client goes on by itself: a warning naming the exception says all there is to say."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "discord.client" and str(record.msg).startswith("Attempting a reconnect") and record.exc_info:
+            error = record.exc_info[1]
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            said = str(error).replace("%", "%%")  # the message is still %-formatted with discord.py's delay
+            record.msg = f"lost the connection to Discord ({type(error).__name__}: {said}); reconnecting in %.2fs"
+            record.exc_info = record.exc_text = None
+        return True
+
+
 def configure_logging(level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(_Who())
+    handler.addFilter(_Reconnects())
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s [%(who)s] %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -2,29 +2,38 @@
 
 ``aizuchi run`` puts the fleet on Discord when the arbiter has a Discord token, and otherwise opens the local
 room on 127.0.0.1 with the personas' own providers (offline, scripted ones by default).
+
+Everything that can be checked before starting is checked first (personas, profiles, keys, tokens), so a setup
+mistake ends the command before a port is bound or a bot logs in. Once running, the fleet never runs deaf: if
+the arbiter's Discord bot stops for good, or every persona bot has, the command ends with the reason
+(:class:`FleetStopped`) so that a supervisor restarts it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
-import os
 import secrets
 from typing import TYPE_CHECKING
 
 import aiohttp
 
-from aizuchi.fleet import open_fleet, select_personas
+from aizuchi.errors import FleetError, FleetStopped, SetupError
+from aizuchi.fleet import Cast, cast_personas, open_fleet
 from aizuchi.logs import acting_as
-from arbiter.core.errors import ArbiterError
+from arbiter.core.errors import StorageError
 from arbiter.server import open_arbiter, serving
 from bots.platforms.room import RoomPlatform
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Mapping
+
+    from aiohttp import web
 
     from aizuchi.fleet import Fleet
+    from aizuchi.settings import DiscordEndpoints
     from arbiter.server import Arbiter
     from arbiter.settings import ArbiterSettings
     from bots.persona import Persona
@@ -35,48 +44,67 @@ __all__ = ("run_all", "run_arbiter", "run_bots", "run_room")
 _log = logging.getLogger(__name__)
 
 
-class SetupError(ArbiterError):
-    """The settings cannot work; the message says what to change."""
-
-    code = "setup"
-
-
 def _say(text: str) -> None:
     print(text, flush=True)
 
 
+# --- the arbiter: its database, its port, its Discord bot ------------------------------------------------
+
+
+async def _open(
+    stack: contextlib.AsyncExitStack, settings: ArbiterSettings, extra_personas: dict[str, str] | None = None
+) -> Arbiter:
+    try:
+        return await stack.enter_async_context(open_arbiter(settings, extra_personas=extra_personas))
+    except StorageError as error:
+        raise SetupError(f"{error.message} (check ARBITER_DATABASE_URL)") from None
+
+
+async def _listen(stack: contextlib.AsyncExitStack, app: web.Application, settings: ArbiterSettings) -> str:
+    try:
+        return await stack.enter_async_context(serving(app, settings.host, settings.port))
+    except OSError as error:
+        if error.errno == errno.EADDRINUSE:
+            raise SetupError(
+                f"port {settings.port} on {settings.host} is already in use (is another aizuchi running?): set "
+                "ARBITER_PORT in .env to a free port, or pass --port"
+            ) from None
+        raise SetupError(
+            f"cannot listen on {settings.host}:{settings.port}: {error.strerror or error} (check ARBITER_HOST and "
+            "ARBITER_PORT)"
+        ) from None
+
+
 @contextlib.asynccontextmanager
-async def _arbiter_bot(arbiter: Arbiter, settings: ArbiterSettings) -> AsyncIterator[None]:
-    """The arbiter's own Discord bot, while the block runs (if it has a token)."""
+async def _arbiter_bot(arbiter: Arbiter, settings: ArbiterSettings) -> AsyncIterator[asyncio.Task[None] | None]:
+    """The arbiter's own Discord bot, kept connected while the block runs (if it has a token): yields its task,
+    which ends only if Discord turns the bot away for good."""
     if settings.discord_token is None:
-        yield
+        yield None
         return
+    from aizuchi.connection import Account, stay_connected
     from arbiter.discord_bot import ArbiterBot
 
     bot = ArbiterBot(arbiter.service, guilds=settings.discord_guilds, moderator_role=settings.moderator_role)
-    task = asyncio.create_task(acting_as("arbiter-bot", bot.start(settings.discord_token.get_secret_value())))
-    task.add_done_callback(_report_stop)
+    account = Account("the arbiter's bot", "ARBITER_DISCORD_TOKEN", intents_hint="the Message Content intent")
+    token = settings.discord_token.get_secret_value()
+    task = asyncio.create_task(acting_as("arbiter-bot", stay_connected(bot, token, account)))
     try:
-        yield
+        yield task
     finally:
         await bot.close()
         await asyncio.gather(task, return_exceptions=True)
 
 
-def _report_stop(task: asyncio.Task[None]) -> None:
-    """discord.py reconnects by itself; its client only stops on what it cannot fix (a refused token, an intent
-    not switched on for the application). Without this the arbiter would go on serving, deaf to Discord."""
-    if not task.cancelled() and task.exception() is not None:
-        _log.error("the arbiter's Discord bot stopped: %s", task.exception())
-
-
-async def run_arbiter(settings: ArbiterSettings) -> None:
-    """The API, and the arbiter's Discord bot when it has a token, until cancelled."""
-    async with open_arbiter(settings) as arbiter, _arbiter_bot(arbiter, settings):
-        _warn_about(settings)
-        async with serving(arbiter.app, settings.host, settings.port) as url:
-            _say(f"arbiter listening on {url}")
-            await asyncio.Event().wait()
+async def _until_stopped(*tasks: asyncio.Task[None] | None) -> None:
+    """Until cancelled; or until one of ``tasks`` ends, which only happens when its part stopped for good."""
+    running = [task for task in tasks if task is not None]
+    if not running:
+        await asyncio.Event().wait()
+    done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+    for task in done:
+        task.result()  # raises the reason it stopped
+    raise FleetStopped("a Discord client stopped without saying why")
 
 
 def _warn_about(settings: ArbiterSettings) -> None:
@@ -86,8 +114,26 @@ def _warn_about(settings: ArbiterSettings) -> None:
         _log.warning("no admin token configured (ARBITER_ADMIN_TOKEN): the admin endpoints are off")
 
 
+async def run_arbiter(settings: ArbiterSettings, endpoints: DiscordEndpoints) -> None:
+    """The API, and the arbiter's Discord bot when it has a token, until cancelled or the bot stops for good."""
+    if settings.discord_token is not None:
+        from aizuchi.connection import use_discord
+
+        use_discord(endpoints)
+    async with contextlib.AsyncExitStack() as stack:
+        arbiter = await _open(stack, settings)
+        bot = await stack.enter_async_context(_arbiter_bot(arbiter, settings))
+        _warn_about(settings)
+        url = await _listen(stack, arbiter.app, settings)
+        _say(f"arbiter listening on {url}")
+        await _until_stopped(bot)
+
+
+# --- the personas ----------------------------------------------------------------------------------------
+
+
 def _tokens(
-    personas: list[Persona], configured: dict[str, str], *, may_generate: bool
+    personas: list[Persona], configured: Mapping[str, str], *, may_generate: bool
 ) -> tuple[dict[str, str], dict[str, str]]:
     """Every persona's arbiter token: (all of them, the ones made up here). Made-up tokens only work for an
     arbiter in this same process."""
@@ -101,58 +147,106 @@ def _tokens(
     return {**configured, **generated}, generated
 
 
-async def run_bots(bots: BotsSettings, only: list[str] | None = None) -> None:
-    """The personas' Discord bots, talking to an arbiter elsewhere (AIZUCHI_ARBITER_URL), until cancelled."""
-    personas = select_personas(bots, only)
-    configured = {pid: token.get_secret_value() for pid, token in bots.persona_tokens.items()}
-    tokens, _ = _tokens(personas, configured, may_generate=False)
-    await _discord_personas(bots, personas, tokens, bots.arbiter_url)
-
-
-async def _discord_personas(
-    bots: BotsSettings, personas: list[Persona], tokens: dict[str, str], arbiter_url: str
-) -> None:
-    from bots.discord_client import PersonaClient
-    from bots.platforms.discord import DiscordPlatform
-
-    discord_tokens = {p.id: os.environ.get(p.discord_token_env or "", "").strip() for p in personas}
-    ready = [p for p in personas if discord_tokens[p.id]]
+def _discord_tokens(personas: list[Persona], env: Mapping[str, str]) -> dict[str, str]:
+    """Each persona's Discord token, from the variable its file names; personas without one stay offline."""
+    found: dict[str, str] = {}
     for persona in personas:
-        if persona not in ready:
+        token = env.get(persona.discord_token_env or "", "").strip()
+        if token:
+            found[persona.id] = token
+        else:
             _log.warning(
                 "persona %s has no Discord token (%s is not set): it stays offline",
                 persona.id,
-                persona.discord_token_env,
+                persona.discord_token_env or "its persona file names no discord_token_env",
             )
-    if not ready:
-        raise SetupError("no persona has a Discord token: set each persona's discord_token_env variable in .env")
-    clients = {p.id: PersonaClient() for p in ready}
+    if not found:
+        variables = ", ".join(p.discord_token_env for p in personas if p.discord_token_env) or "discord_token_env"
+        raise SetupError(f"no persona has a Discord token: set {variables} in .env")
+    return found
+
+
+async def run_bots(
+    bots: BotsSettings, env: Mapping[str, str], endpoints: DiscordEndpoints, only: list[str] | None = None
+) -> None:
+    """The personas' Discord bots, talking to an arbiter elsewhere (AIZUCHI_ARBITER_URL), until cancelled or
+    every one of them has stopped for good."""
+    cast = cast_personas(bots, env, only)
+    configured = {pid: token.get_secret_value() for pid, token in bots.persona_tokens.items()}
+    tokens, _ = _tokens(cast.personas, configured, may_generate=False)
+    discord_tokens = _discord_tokens(cast.personas, env)
+    from aizuchi.connection import use_discord
+
+    use_discord(endpoints)
+    await _discord_personas(
+        bots, cast, env=env, tokens=tokens, discord_tokens=discord_tokens, arbiter_url=bots.arbiter_url
+    )
+
+
+async def _discord_personas(
+    bots: BotsSettings,
+    cast: Cast,
+    *,
+    env: Mapping[str, str],
+    tokens: Mapping[str, str],
+    discord_tokens: Mapping[str, str],
+    arbiter_url: str,
+) -> None:
+    """Every persona that has a Discord token, on Discord, until cancelled; raises FleetStopped once all of them
+    have stopped for good. One that stops alone is logged, and the others go on."""
+    from aizuchi.connection import Account, stay_connected
+    from bots.discord_client import PersonaClient
+    from bots.platforms.discord import DiscordPlatform
+
+    ready = Cast([p for p in cast.personas if p.id in discord_tokens], cast.profiles)
+    clients = {p.id: PersonaClient() for p in ready.personas}
     async with (
         aiohttp.ClientSession() as session,
         open_fleet(
             bots,
             ready,
+            env=env,
             session=session,
             arbiter_url=arbiter_url,
             tokens=tokens,
             platform=lambda persona: DiscordPlatform(clients[persona.id]),
         ) as fleet,
     ):
-        tasks = []
-        for persona in ready:
+        tasks: dict[asyncio.Task[None], Persona] = {}
+        for persona in ready.personas:
             client = clients[persona.id]
             client.runtime = fleet.runtimes[persona.id]
-            tasks.append(asyncio.create_task(acting_as(persona.id, client.start(discord_tokens[persona.id]))))
+            account = Account(f"{persona.id}'s bot", persona.discord_token_env or "its token variable")
+            work = stay_connected(client, discord_tokens[persona.id], account)
+            tasks[asyncio.create_task(acting_as(persona.id, work))] = persona
         try:
-            # Until cancelled, or until every client has stopped (a bad token, say): then say why.
-            results = await asyncio.gather(*tasks, return_exceptions=True)
-            for persona, result in zip(ready, results, strict=True):
-                if isinstance(result, BaseException):
-                    _log.error("persona %s stopped: %s", persona.id, result)
+            reasons = await _until_all_stop(tasks, fleet)
         finally:
             for client in clients.values():
                 await client.close()
             await asyncio.gather(*tasks, return_exceptions=True)
+        raise FleetStopped(f"every persona bot has stopped ({'; '.join(reasons)})")
+
+
+async def _until_all_stop(tasks: dict[asyncio.Task[None], Persona], fleet: Fleet) -> list[str]:
+    reasons: list[str] = []
+    pending = set(tasks)
+    while pending:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            persona = tasks[task]
+            error = task.exception()
+            if error is None:
+                reason = "its Discord client closed"
+            else:
+                reason = str(error) if isinstance(error, FleetError) else f"{type(error).__name__}: {error}"
+            _log.error("persona %s stopped: %s", persona.id, reason)
+            reasons.append(reason)
+            await fleet.runtimes[persona.id].close()  # gives back any claim it held; it hears nothing more
+    return reasons
+
+
+# --- the local room --------------------------------------------------------------------------------------
 
 
 class _Joiner:
@@ -169,10 +263,10 @@ class _Joiner:
     async def __call__(self, channel_id: str) -> None:
         await self._ready.wait()
         assert self._fleet is not None
-        self._fleet.join(channel_id)
+        await self._fleet.follow(channel_id)
 
 
-async def run_room(settings: ArbiterSettings, bots: BotsSettings) -> None:
+async def run_room(settings: ArbiterSettings, bots: BotsSettings, env: Mapping[str, str]) -> None:
     """The arbiter, the local room and every persona in this process, until cancelled."""
     from arbiter.room import add_room, is_loopback_host
 
@@ -182,46 +276,66 @@ async def run_room(settings: ArbiterSettings, bots: BotsSettings) -> None:
         raise SetupError(
             f"the local room has no login, so it only listens on a loopback address; ARBITER_HOST is {settings.host}"
         )
-    personas = select_personas(bots)
+    cast = cast_personas(bots, env)
     configured = {pid: token.get_secret_value() for pid, token in settings.persona_tokens.items()}
-    tokens, generated = _tokens(personas, configured, may_generate=True)
-    async with open_arbiter(settings, extra_personas=generated) as arbiter:
+    tokens, generated = _tokens(cast.personas, configured, may_generate=True)
+    async with contextlib.AsyncExitStack() as stack:
+        arbiter = await _open(stack, settings, extra_personas=generated)
         joiner = _Joiner()
         add_room(arbiter.app, on_open=joiner)
-        async with (
-            serving(arbiter.app, settings.host, settings.port) as url,
-            aiohttp.ClientSession() as session,
+        url = await _listen(stack, arbiter.app, settings)
+        session = await stack.enter_async_context(aiohttp.ClientSession())
+        fleet = await stack.enter_async_context(
             open_fleet(
                 bots,
-                personas,
+                cast,
+                env=env,
                 session=session,
                 arbiter_url=url,
                 tokens=tokens,
                 platform=lambda persona: RoomPlatform(persona.id),
-            ) as fleet,
-        ):
-            for runtime in fleet.runtimes.values():
-                await runtime.start()
-            for channel in (await arbiter.service.channels()).channels:
-                fleet.join(channel.channel_id)
-            joiner.attach(fleet)
-            names = ", ".join(p.display_name for p in personas)
-            _say(f"aizuchi local room: open {url}/room/lobby  (personas: {names}; Ctrl-C stops)")
-            await asyncio.Event().wait()
+            )
+        )
+        for runtime in fleet.runtimes.values():
+            await runtime.start()
+        for channel in (await arbiter.service.channels()).channels:
+            fleet.join(channel.channel_id)
+        joiner.attach(fleet)
+        names = ", ".join(p.display_name for p in cast.personas)
+        _say(f"aizuchi local room: open {url}/room/lobby  (personas: {names}; Ctrl-C stops)")
+        await asyncio.Event().wait()
 
 
-async def run_all(settings: ArbiterSettings, bots: BotsSettings) -> None:
+# --- everything ------------------------------------------------------------------------------------------
+
+
+async def run_all(
+    settings: ArbiterSettings, bots: BotsSettings, env: Mapping[str, str], endpoints: DiscordEndpoints
+) -> None:
     """Everything in one process: on Discord when the arbiter has a token, otherwise the local room."""
     if settings.discord_token is None:
-        await run_room(settings, bots)
+        await run_room(settings, bots, env)
         return
-    personas = select_personas(bots)
+    cast = cast_personas(bots, env)
     configured = {pid: token.get_secret_value() for pid, token in settings.persona_tokens.items()}
-    tokens, generated = _tokens(personas, configured, may_generate=True)
-    async with (
-        open_arbiter(settings, extra_personas=generated) as arbiter,
-        _arbiter_bot(arbiter, settings),
-        serving(arbiter.app, settings.host, settings.port) as url,
-    ):
+    tokens, generated = _tokens(cast.personas, configured, may_generate=True)
+    discord_tokens = _discord_tokens(cast.personas, env)
+    from aizuchi.connection import use_discord
+
+    use_discord(endpoints)
+    async with contextlib.AsyncExitStack() as stack:
+        arbiter = await _open(stack, settings, extra_personas=generated)
+        bot = await stack.enter_async_context(_arbiter_bot(arbiter, settings))
+        url = await _listen(stack, arbiter.app, settings)
         _say(f"arbiter listening on {url}; the fleet is on Discord (Ctrl-C stops)")
-        await _discord_personas(bots, personas, tokens, url)
+        personas = asyncio.create_task(
+            _discord_personas(bots, cast, env=env, tokens=tokens, discord_tokens=discord_tokens, arbiter_url=url)
+        )
+        # Stopped before the arbiter closes, so the claims the personas hold are given back to it.
+        stack.push_async_callback(_cancelled, personas)
+        await _until_stopped(bot, personas)
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)

@@ -1,14 +1,21 @@
-"""Persona runtime settings from AIZUCHI_* environment variables and .env (pydantic-settings)."""
+"""Persona runtime settings from AIZUCHI_* environment variables and .env (pydantic-settings), and the
+variables whose names come from files (:class:`Environment`)."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
+from dotenv import dotenv_values
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-__all__ = ("SHIPPED_PERSONAS", "BotsSettings")
+__all__ = ("ENV_FILE", "SHIPPED_PERSONAS", "BotsSettings", "Environment")
+
+# Where the settings live beside the environment; read from the directory the command runs in.
+ENV_FILE = Path(".env")
 
 # The project's own persona files, found from the code rather than the working directory, so `aizuchi run`
 # works wherever it is started.
@@ -17,7 +24,7 @@ SHIPPED_PERSONAS = Path(__file__).resolve().parent.parent / "personas"
 
 class BotsSettings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="AIZUCHI_", env_file=".env", env_ignore_empty=True, extra="ignore", frozen=True
+        env_prefix="AIZUCHI_", env_file=ENV_FILE, env_ignore_empty=True, extra="ignore", frozen=True
     )
 
     arbiter_url: str = Field("http://127.0.0.1:8340", description="where the arbiter's HTTP API listens")
@@ -53,3 +60,37 @@ class BotsSettings(BaseSettings):
         if level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
             raise ValueError("log_level must be DEBUG, INFO, WARNING or ERROR")
         return level
+
+
+class Environment(Mapping[str, str]):
+    """Variables by exact name, merged as the typed settings merge them: the process's environment over the
+    ``.env`` file, an empty value counting as unset.
+
+    For the variables whose names come from files - a persona's ``discord_token_env``, a profile's
+    ``api_key_env`` - which pydantic-settings cannot declare. Read once at start-up and passed in; nothing is
+    copied into ``os.environ``, and neither ``repr`` nor ``str`` shows a value.
+    """
+
+    def __init__(self, variables: Mapping[str, str]) -> None:
+        self._variables = {name: value.strip() for name, value in variables.items() if value and value.strip()}
+
+    @classmethod
+    def read(cls, env_file: Path | None = ENV_FILE, environ: Mapping[str, str] | None = None) -> Environment:
+        from_file = dotenv_values(env_file) if env_file is not None and env_file.is_file() else {}
+        merged = {name: value for name, value in from_file.items() if value is not None}
+        for name, value in (os.environ if environ is None else environ).items():
+            if value.strip():
+                merged[name] = value
+        return cls(merged)
+
+    def __getitem__(self, name: str) -> str:
+        return self._variables[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._variables)
+
+    def __len__(self) -> int:
+        return len(self._variables)
+
+    def __repr__(self) -> str:
+        return f"Environment({len(self._variables)} variables)"

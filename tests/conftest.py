@@ -9,6 +9,9 @@ import pytest
 from arbiter.server import Arbiter, open_arbiter
 from arbiter.settings import ArbiterSettings
 from tests.support.clock import FakeClock
+
+# Imported before discord.py is, so that discord.py's audioop import happens with its warning silenced.
+from tests.support.fake_discord import FakeDiscord
 from tests.support.postgres import create_database, drop_database
 
 if TYPE_CHECKING:
@@ -37,6 +40,13 @@ def make_settings(database_url: str, **overrides: Any) -> ArbiterSettings:
         _env_file=None,
         **overrides,
     )
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeDiscord]:
+    """A local Discord (REST API and gateway) that discord.py clients in this process connect to."""
+    async with FakeDiscord() as server:
+        yield server
 
 
 @pytest.fixture

@@ -3,6 +3,6 @@
 Handlers only translate between discord.py and ``ArbiterService``; no turn-taking rule lives here.
 """
 
-from arbiter.discord_bot.bot import ArbiterBot, arbiter_intents
+from arbiter.discord_bot.bot import ArbiterBot, CommandSyncRefused, arbiter_intents
 
-__all__ = ("ArbiterBot", "arbiter_intents")
+__all__ = ("ArbiterBot", "CommandSyncRefused", "arbiter_intents")

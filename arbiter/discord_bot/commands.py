@@ -39,8 +39,19 @@ class ModeratorTree(app_commands.CommandTree[discord.Client]):
         else:
             _log.exception("slash command failed", exc_info=error)
             message = "Something went wrong on the arbiter's side; nothing was changed. Try again in a moment."
-        if not interaction.response.is_done():
+        if interaction.response.is_done():
+            return
+        try:
             await interaction.response.send_message(message, ephemeral=True)
+        except discord.HTTPException as failure:
+            # Too late (Discord allows 3 s) or refused: nothing more can be said to this moderator. Raising here
+            # would only end as "Task exception was never retrieved" in discord.py's dispatch task.
+            _log.warning(
+                "could not tell a moderator that /%s failed (%s: %s)",
+                interaction.command.qualified_name if interaction.command else "aizuchi",
+                type(failure).__name__,
+                failure,
+            )
 
 
 class ModeratorCommands(app_commands.Group):

@@ -43,12 +43,19 @@ class SqliteFileLock:
     def __enter__(self) -> SqliteFileLock:
         if fcntl is None:  # pragma: no cover
             return self
+        database = self.path.with_suffix("")
+        blocking = next((p for p in reversed(self.path.parents) if p.exists() and not p.is_dir()), None)
+        if blocking is not None:
+            raise StorageError(
+                f"cannot open the database {database}: {blocking} is a file, not a directory",
+                code="database_unavailable",
+            )
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as error:
             raise StorageError(
-                f"cannot open the database {self.path.with_suffix('')}: {error.strerror or error}",
+                f"cannot open the database {database}: {error.strerror or error} ({error.filename or database})",
                 code="database_unavailable",
             ) from error
         try:

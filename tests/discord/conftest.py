@@ -46,12 +46,6 @@ class World:
         return next((pid for pid, account in self.personas.items() if account is bot), None)
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeDiscord]:
-    async with FakeDiscord() as server:
-        yield server
-
-
 def build_world(fake: FakeDiscord, persona_ids: tuple[str, ...]) -> World:
     guild = fake.add_guild("tea house")
     lounge = fake.add_channel(guild, "lounge")

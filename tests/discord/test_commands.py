@@ -7,6 +7,8 @@ clock (tests.conftest's ``arbiter``): the status's refund countdown and today's 
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +17,7 @@ import pytest
 
 from arbiter.contract import Tier
 from tests.discord.conftest import arbiter_bot
-from tests.support.fake_discord import InvalidInvocation, running
+from tests.support.fake_discord import InteractionNotAnswered, InvalidInvocation, running
 
 if TYPE_CHECKING:
     from arbiter.discord_bot import ArbiterBot
@@ -430,3 +432,22 @@ async def test_an_answer_discord_did_not_take_does_not_claim_nothing_changed(
     assert (
         result.content == "Discord did not take my answer just now; `/aizuchi status` shows whether anything changed."
     )
+
+
+async def test_an_error_answer_discord_does_not_take_either_is_logged_not_left_in_a_task(
+    arbiter: Arbiter, world: World, lounge: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Both the answer and the apology fail (the interaction expired): the error handler must not raise in turn,
+    # or discord.py's dispatch task dies with an exception nobody retrieves.
+    world.fake.fail_next("POST", "/interactions/{interaction_id}/{token}/callback", 404, times=2)
+
+    with pytest.raises(InteractionNotAnswered):
+        await run(world, world.mod, "pause", within=1.0)
+    gc.collect()  # a task that died with its exception unread reports it when it is collected
+    await asyncio.sleep(0)
+
+    assert (await arbiter.service.settings(lounge)).paused
+    assert any(
+        r.getMessage().startswith("could not tell a moderator that /aizuchi pause failed") for r in caplog.records
+    )
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]

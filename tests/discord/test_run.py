@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import pytest
 
+from aizuchi.errors import FleetStopped
 from aizuchi.run import run_all, run_arbiter, run_bots
+from aizuchi.settings import DiscordEndpoints
 from arbiter.contract import AuthorKind
 from arbiter.settings import ArbiterSettings
-from bots.settings import BotsSettings
+from bots.settings import BotsSettings, Environment
 from tests.conftest import ADMIN_TOKEN
 from tests.discord.conftest import CREW_ROLE, arbiter_bot, build_world
 from tests.support.arbiters import Api
@@ -39,13 +41,18 @@ TOKENS = {persona_id: f"{persona_id}-run-token-0123456789abcdef" for persona_id 
 
 
 @pytest.fixture
-def world(fake: FakeDiscord, monkeypatch: pytest.MonkeyPatch) -> World:
-    """The shipped English personas (rin, theo, juno), each with a bot account whose token is in the variable
-    its persona file names."""
-    built = build_world(fake, ROOM_PERSONAS)
-    for persona_id, bot in built.personas.items():
-        monkeypatch.setenv(f"{persona_id.upper()}_DISCORD_TOKEN", bot.token)
-    return built
+def world(fake: FakeDiscord) -> World:
+    """The shipped English personas (rin, theo, juno), each with a bot account."""
+    return build_world(fake, ROOM_PERSONAS)
+
+
+def tokens_of(world: World, **more: str) -> Environment:
+    """The variables as the user sets them: each persona's Discord token in the variable its file names."""
+    return Environment({**{f"{pid.upper()}_DISCORD_TOKEN": bot.token for pid, bot in world.personas.items()}, **more})
+
+
+# The fake already points discord.py at itself; these leave that as it is.
+ENDPOINTS = DiscordEndpoints(_env_file=None)
 
 
 @pytest.fixture(autouse=True)
@@ -123,7 +130,8 @@ async def test_run_all_on_discord_brings_up_the_arbiter_bot_and_personas_that_an
         moderator_role=CREW_ROLE,
     )
     printed = ""
-    async with running_task(run_all(settings, bots_settings(tmp_path, AIZUCHI_PERSONA_TOKENS={}))) as task:
+    bots = bots_settings(tmp_path, AIZUCHI_PERSONA_TOKENS={})
+    async with running_task(run_all(settings, bots, tokens_of(world), ENDPOINTS)) as task:
         await fake.wait_until(lambda: fake.registered(world.arbiter, world.guild), within=10.0, what="commands")
         await fake.wait_connected(world.arbiter)
         enabled = await fake.invoke(world.deckhand, world.lounge, "aizuchi enable", enforce_default_permissions=False)
@@ -163,7 +171,8 @@ async def test_run_bots_puts_the_personas_on_discord_with_a_separately_running_a
         running(arbiter_bot(live.arbiter, world), world.arbiter.token),
     ):
         await live.channel(str(world.lounge.id))
-        async with running_task(run_bots(bots_settings(tmp_path, arbiter_url=live.url))) as task:
+        bots = bots_settings(tmp_path, arbiter_url=live.url)
+        async with running_task(run_bots(bots, tokens_of(world), ENDPOINTS)) as task:
             await following(world, caplog, task)
             question = await fake.human_says(world.lounge, world.member, "Juno, how was the trip?")
             answer = await answer_from(world, "juno", question)
@@ -198,11 +207,11 @@ async def test_stopping_the_persona_bots_gives_back_the_claims_they_hold(
             f'[profiles.slow]\nprovider = "openai"\nmodel = "fake-model"\nbase_url = "{llm.openai_url}"\n'
             f'api_key_env = "{FAKE_KEY_ENV}"\nmax_retries = 0\ntimeout_s = 60\n'
         )
-        monkeypatch.setenv(FAKE_KEY_ENV, FAKE_KEY)
         lounge = str(world.lounge.id)
         await live.channel(lounge, tiers={tier: {"recovery_s": 60.0} for tier in ("aizuchi", "remark", "long")})
         bots = bots_settings(tmp_path, arbiter_url=live.url, profiles_file=profiles, profile="slow")
-        async with running_task(run_bots(bots, only=["rin"])) as task:
+        env = tokens_of(world, **{FAKE_KEY_ENV: FAKE_KEY})
+        async with running_task(run_bots(bots, env, ENDPOINTS, only=["rin"])) as task:
             await following(world, caplog, task, ("rin",))
             await fake.human_says(world.lounge, world.member, "Rin, a hard question for you")
             await eventually(lambda: llm.requests, within=10.0, what="rin asks her model")
@@ -224,23 +233,25 @@ async def test_stopping_the_persona_bots_gives_back_the_claims_they_hold(
 @pytest.mark.parametrize(
     ("account", "says"),
     [
-        pytest.param("unknown", "Improper token", id="refused-token"),
-        pytest.param("no-message-content", "privileged intents", id="message-content-intent-off"),
+        pytest.param(
+            "unknown", "Discord refused the arbiter's bot's token (ARBITER_DISCORD_TOKEN)", id="refused-token"
+        ),
+        pytest.param(
+            "no-message-content",
+            "Discord refused the arbiter's bot: switch on the Message Content intent",
+            id="message-content-intent-off",
+        ),
     ],
 )
-async def test_an_arbiter_bot_discord_turns_away_says_why(
-    *, fake: FakeDiscord, sqlite_url: str, caplog: pytest.LogCaptureFixture, account: str, says: str
+async def test_an_arbiter_bot_discord_turns_away_ends_the_arbiter_with_the_reason(
+    *, fake: FakeDiscord, sqlite_url: str, account: str, says: str
 ) -> None:
     # The arbiter's bot must read what people say: without the Message Content intent Discord refuses it.
     token = "not-a-token" if account == "unknown" else fake.add_bot("strict", message_content=False).token
     settings = ArbiterSettings(_env_file=None, database_url=sqlite_url, port=0, discord_token=token)
 
-    async with running_task(run_arbiter(settings)):
-        await eventually(
-            lambda: [r for r in caplog.records if r.levelname == "ERROR" and r.name == "aizuchi.run"],
-            what="the error",
-        )
+    with pytest.raises(FleetStopped) as stopped:
+        await asyncio.wait_for(run_arbiter(settings, ENDPOINTS), timeout=10)
 
-    [error] = [r for r in caplog.records if r.levelname == "ERROR" and r.name == "aizuchi.run"]
-    assert error.getMessage().startswith("the arbiter's Discord bot stopped: ")
-    assert says in error.getMessage()
+    assert stopped.value.message.startswith(says)
+    assert token not in stopped.value.message

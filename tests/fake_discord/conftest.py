@@ -11,8 +11,6 @@ import pytest
 from tests.support.fake_discord import FakeDiscord, Perm
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-
     from tests.support.fake_discord import FakeChannel, FakeGuild, FakeRole, FakeUser
 
 
@@ -23,12 +21,6 @@ class World:
     mods: FakeRole
     mod: FakeUser  # has Manage Channels through the mods role
     member: FakeUser  # @everyone's permissions only
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeDiscord]:
-    async with FakeDiscord() as server:
-        yield server
 
 
 @pytest.fixture

@@ -555,6 +555,13 @@ class FakeDiscord:
             lambda: all(c.closed for c in connections), within=2.0, what=f"{bot.name}'s connection to close"
         )
 
+    async def send_raw(self, bot: FakeBot, event: str, data: Any) -> None:
+        """Dispatch ``event`` with ``data`` exactly as given to ``bot``'s live sessions: for a payload Discord
+        could send and a client did not expect (a field missing, a new kind of object)."""
+        for session in self._live_sessions(bot):
+            session.dispatch(event, data)
+        await self.flush()
+
     async def invalidate(self, bot: FakeBot, *, resumable: bool = False) -> None:
         """Send INVALID_SESSION (op 9) to ``bot``'s connections; unless ``resumable`` its sessions end, so
         discord.py identifies again (after its own 5 s ``before_identify_hook`` wait, unless overridden)."""

@@ -1,0 +1,192 @@
+"""The first run, as a server owner makes it: ``aizuchi run`` in a directory of its own, configured by a real
+``.env`` there (and a ``profiles.toml`` where the owner points a profile somewhere), nothing in the environment.
+
+Keys written only in ``.env`` reach the real SDK clients, which talk to the local wire servers; every setup
+mistake the owner can make ends the command with one line naming what to change, and a non-zero status.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.support.fleet import eventually
+from tests.support.llm_server import FakeLLMServer, decision_reply
+from tests.support.process import Aizuchi, dotenv, run_to_end
+
+EXAMPLE = Path(__file__).resolve().parents[2] / ".env.example"
+ROOM_LINE = r"aizuchi local room: open (http://127\.0\.0\.1:\d+)/room/lobby"
+ROOM = "porch"
+KEYS = {"anthropic": "sk-ant-dotenv-only-0123456789", "openai": "sk-openai-dotenv-only-0123456789"}
+
+
+def write_dotenv(workdir: Path, **variables: object) -> None:
+    settings: dict[str, object] = {
+        "ARBITER_DATABASE_URL": f"sqlite:///{workdir / 'aizuchi.db'}",
+        "ARBITER_PORT": 0,
+        **variables,
+    }
+    (workdir / ".env").write_text(dotenv(settings))
+
+
+async def say(base: str, text: str) -> None:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{base}/room/api/{ROOM}/say", json={"name": "Ann", "text": text}) as response,
+    ):
+        assert response.status == 200, await response.text()
+
+
+async def persona_lines(base: str) -> list[dict[str, Any]]:
+    async with aiohttp.ClientSession() as session, session.get(f"{base}/room/api/{ROOM}/snapshot") as response:
+        history = (await response.json())["history"]
+    return [m for m in history if m["author_kind"] == "persona"]
+
+
+async def test_the_example_dotenv_copied_as_the_readme_says_opens_the_room(tmp_path: Path) -> None:
+    # The README: copy .env.example to .env and fill in what you need. Here only the port and the database move.
+    example = EXAMPLE.read_text()
+    assert "ARBITER_PORT=8340\n" in example and "ARBITER_DATABASE_URL=sqlite:///aizuchi.db\n" in example
+    dotenv_text = example.replace("ARBITER_PORT=8340\n", "ARBITER_PORT=0\n").replace(
+        "sqlite:///aizuchi.db", f"sqlite:///{tmp_path / 'aizuchi.db'}"
+    )
+    (tmp_path / ".env").write_text(dotenv_text)
+
+    async with Aizuchi.start(tmp_path, "run") as fleet:
+        await fleet.wait_for(ROOM_LINE)
+        status = await fleet.stop()
+
+    assert status == 0
+    assert "personas: Rin, Theo, Juno" in fleet.stdout
+    assert not fleet.matching(r" (ERROR|WARNING) "), fleet.stderr
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+async def test_a_key_only_in_dotenv_reaches_the_provider(tmp_path: Path, provider: str) -> None:
+    reply = decision_reply("tools", {"action": "remark", "text": "Doing well, thanks for asking!"})
+    async with FakeLLMServer(reply) as llm:
+        url = llm.anthropic_url if provider == "anthropic" else llm.openai_url
+        # The owner's profiles.toml changes only where the built-in profile's API is.
+        (tmp_path / "profiles.toml").write_text(f'[profiles.{provider}]\nbase_url = "{url}"\n')
+        write_dotenv(
+            tmp_path,
+            AIZUCHI_PERSONAS="rin",
+            AIZUCHI_PROFILE=provider,
+            **{f"{provider.upper()}_API_KEY": KEYS[provider]},
+        )
+        async with Aizuchi.start(tmp_path, "run") as fleet:
+            base = (await fleet.wait_for(ROOM_LINE)).group(1)
+            await say(base, "Rin, how are you today?")
+            try:
+                await eventually(lambda: persona_lines(base), within=20.0, what="rin answers")
+            except AssertionError as failed:
+                raise AssertionError(f"{failed}; refused: {llm.refusals}; log:\n{fleet.stderr}") from None
+            [line] = await persona_lines(base)
+            assert await fleet.stop() == 0
+
+    assert (line["author_id"], line["text"]) == ("rin", "Doing well, thanks for asking!")
+    [request] = llm.requests
+    headers = {name.lower(): value for name, value in request.headers.items()}
+    # Each SDK sends the key in its own header (the Anthropic SDK, in its current version, as a bearer token too).
+    assert KEYS[provider] in (headers.get("x-api-key"), headers.get("authorization", "").removeprefix("Bearer "))
+    assert KEYS[provider] not in fleet.stdout + fleet.stderr
+    assert "Traceback" not in fleet.stderr
+
+
+def taken_port() -> socket.socket:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    return listener
+
+
+@pytest.mark.parametrize(
+    ("variables", "says"),
+    [
+        pytest.param(
+            {"AIZUCHI_PROFILE": "anthropic", "ANTHROPIC_API_KEY": ""},
+            "aizuchi: persona rin: profile 'anthropic' needs an API key in ANTHROPIC_API_KEY, which is not set or"
+            " empty: put ANTHROPIC_API_KEY=... in .env",
+            id="empty-api-key",
+        ),
+        pytest.param(
+            {"AIZUCHI_PROFILE": "openai"},
+            "aizuchi: persona rin: profile 'openai' needs an API key in OPENAI_API_KEY, which is not set or empty:"
+            " put OPENAI_API_KEY=... in .env",
+            id="missing-api-key",
+        ),
+        pytest.param(
+            {"AIZUCHI_PROFILE": "antropic"},
+            "aizuchi: no provider profile named 'antropic' (AIZUCHI_PROFILE); known: anthropic, openai, scripted"
+            " (add one to profiles.toml)",
+            id="unknown-profile",
+        ),
+        pytest.param(
+            {"ARBITER_DATABASE_URL": "sqlite:///{workdir}/.env/aizuchi.db"},
+            "aizuchi: cannot open the database {workdir}/.env/aizuchi.db: {workdir}/.env is a file, not a directory"
+            " (check ARBITER_DATABASE_URL)",
+            id="unwritable-database",
+        ),
+        pytest.param(
+            {"ARBITER_PORT": "eighty"},
+            "aizuchi: invalid settings: ARBITER_PORT: Input should be a valid integer, unable to parse string as an"
+            " integer",
+            id="invalid-setting",
+        ),
+        pytest.param(
+            {"AIZUCHI_PERSONAS": "rin,nobody"},
+            "aizuchi: {personas}/nobody.toml: no such persona file",
+            id="unknown-persona",
+        ),
+    ],
+)
+def test_a_setup_mistake_is_one_line_and_a_failing_status(tmp_path: Path, variables: dict[str, str], says: str) -> None:
+    from bots.settings import SHIPPED_PERSONAS
+
+    values = {name: value.format(workdir=tmp_path) for name, value in variables.items()}
+    write_dotenv(tmp_path, **{"AIZUCHI_PERSONAS": "rin", **values})
+
+    status, stdout, stderr = run_to_end(tmp_path, "run")
+
+    assert status in (1, 2)
+    assert stderr.splitlines() == [says.format(workdir=tmp_path, personas=SHIPPED_PERSONAS)]
+    assert stdout == ""
+
+
+def test_a_port_in_use_names_the_variable_that_moves_it(tmp_path: Path) -> None:
+    with taken_port() as listener:
+        port = listener.getsockname()[1]
+        write_dotenv(tmp_path, AIZUCHI_PERSONAS="rin", ARBITER_PORT=port)
+        status, _, stderr = run_to_end(tmp_path, "run")
+
+    assert status == 1
+    assert stderr.splitlines()[-1] == (
+        f"aizuchi: port {port} on 127.0.0.1 is already in use (is another aizuchi running?): set ARBITER_PORT in"
+        " .env to a free port, or pass --port"
+    )
+    assert "Traceback" not in stderr
+
+
+def test_the_version_is_printed(tmp_path: Path) -> None:
+    from importlib.metadata import version
+
+    status, stdout, _ = run_to_end(tmp_path, "--version")
+
+    assert (status, stdout.strip()) == (0, f"aizuchi {version('aizuchi')}")
+
+
+def test_personas_check_reads_the_discord_tokens_from_dotenv(tmp_path: Path) -> None:
+    write_dotenv(tmp_path, RIN_DISCORD_TOKEN="rin-token-from-dotenv-0123456789")
+
+    status, stdout, _ = run_to_end(tmp_path, "personas", "check")
+
+    assert status == 0
+    [rin] = [line for line in stdout.splitlines() if line.startswith("rin ")]
+    [theo] = [line for line in stdout.splitlines() if line.startswith("theo ")]
+    assert rin.endswith("discord token RIN_DISCORD_TOKEN (set)")
+    assert theo.endswith("discord token THEO_DISCORD_TOKEN (not set)")
+    assert "rin-token-from-dotenv" not in stdout
