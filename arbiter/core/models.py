@@ -69,6 +69,7 @@ class RefusalReason(enum.StrEnum):
     IDLE_CAP = "idle_cap"
     BUDGET = "budget"
     PRIORITY = "priority"
+    NODDED = "nodded"  # the latest message has its nod (given, or about to be): one per message
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,11 +194,14 @@ class PersonaInfo:
 
 @dataclass(frozen=True, slots=True)
 class Priority:
-    """Personas addressed by a human message; the others may only nod until they answer or it ends."""
+    """Personas addressed by a human message: the others wait (not even a nod) until they answer, give the floor
+    up, or ``until`` passes. A pass (a released claim) is one try: an addressed persona that passes a second
+    time gives its floor up."""
 
     persona_ids: frozenset[str]
     until: float
     since_seq: int = 0  # the addressing message: only a reply written after reading it answers it
+    tried: frozenset[str] = frozenset()  # addressed personas that passed once
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,11 +218,22 @@ class ChannelState:
     last_human_at: float | None = None
     priority: Priority | None = None
     recent_substantive: tuple[int, ...] = ()  # seqs, oldest first, at most RECENT_SUBSTANTIVE
+    # The last RECENT_SUBSTANTIVE messages still in the history, oldest first, as (seq, whether it is a nod): what
+    # a nod answers, and whether the latest message already is one (one nod per message).
+    recent_said: tuple[tuple[int, bool], ...] = ()
     tokens_day: int = 0  # proleptic ordinal of the UTC day tokens_used belongs to
     tokens_used: int = 0
     # When the fleet was last enabled here or the history cleared: what was said on the platform before then is
     # not part of the history, so a catch-up after a restart reads nothing older. None: no such moment is known.
     history_since: float | None = None
+
+    @property
+    def latest_is_nod(self) -> bool:
+        return bool(self.recent_said) and self.recent_said[-1][1]
+
+    def said_after(self, seq: int) -> int:
+        """How many messages still in the history came after ``seq`` (counting back RECENT_SUBSTANTIVE at most)."""
+        return sum(1 for said, _nod in self.recent_said if said > seq)
 
     def spend(self, spend_id: str) -> Spend | None:
         for claim in self.claims:

@@ -176,12 +176,23 @@ def _holds_by_others(state: ChannelState, persona_id: str, now: float) -> list[S
 
 
 def _stale(state: ChannelState, based_on_seq: int | None, tier: Tier) -> Refusal | None:
-    if based_on_seq is None or tier is Tier.AIZUCHI:
+    if based_on_seq is None:
         return None
     if based_on_seq > state.last_seq:
         raise InvalidRequest(
             f"based_on_seq {based_on_seq} is ahead of the history (last seq {state.last_seq})", field="based_on_seq"
         )
+    if tier is Tier.AIZUCHI:
+        # A nod is about the latest message: once anything was said after it, it would nod at the wrong thing.
+        # (Counted from what is still in the history: a message retracted or deleted since does not count.)
+        newer = state.said_after(based_on_seq)
+        if newer:
+            return Refusal(
+                RefusalReason.STALE,
+                f"a nod is for the latest message; {newer} came after seq {based_on_seq}",
+                retry_after=0.0,
+            )
+        return None
     # recent_substantive keeps more entries than the largest tolerance, so a full count here is never short.
     newer = sum(1 for seq in state.recent_substantive if seq > based_on_seq)
     tolerance = state.settings.stale_tolerance
@@ -209,7 +220,8 @@ def check_turn(
     """Why ``persona_id`` may not spend ``cost`` on ``tier`` now, or None. Reasons are checked in a fixed order.
 
     ``claimed`` skips what a live claim already settled when it was granted: the budget, the idle cap,
-    the floor and the pool.
+    the floor and the pool. (Whether the latest message already has its nod is checked again: a claim of a
+    remark may be spoken as a nod.)
     """
     settings = state.settings
     policy = settings.policy(persona_id)
@@ -223,10 +235,19 @@ def check_turn(
         return Refusal(RefusalReason.PAUSED, "the channel is paused")
     if not claimed:
         refusal = _budget_spent(state, now) or _idle_capped(state, persona_id, now, replacing)
-        if refusal is None and tier is not Tier.AIZUCHI:
-            refusal = _floor_taken(state, persona_id, now)
+        if refusal is None:
+            refusal = _floor_taken(state, persona_id, tier, now)
         if refusal is not None:
             return refusal
+    elif (refusal := _floor_given(state, persona_id, now)) is not None:
+        # Claimed before someone else was asked something: what it wrote must not come before their answer.
+        return refusal
+    if tier is Tier.AIZUCHI:
+        refusal = _nodded(state, persona_id, now, replacing, claimed=claimed)
+    elif not claimed:
+        refusal = _nod_first(state, persona_id, now, replacing)
+    if refusal is not None:
+        return refusal
     if text is not None:
         limit = settings.tier(tier).max_length
         length = display_length(text)
@@ -270,19 +291,26 @@ def _idle_capped(state: ChannelState, persona_id: str, now: float, replacing: st
     )
 
 
-def _floor_taken(state: ChannelState, persona_id: str, now: float) -> Refusal | None:
+def _floor_given(state: ChannelState, persona_id: str, now: float) -> Refusal | None:
+    """Refused while other personas have the floor. Not even a nod: a nod from someone else before the answer
+    reads as an answer to a question put to them."""
+    priority = state.priority
+    if priority is None or now >= priority.until or persona_id in priority.persona_ids:
+        return None
+    names = ", ".join(sorted(priority.persona_ids))
+    return Refusal(
+        RefusalReason.PRIORITY,
+        f"{names} was addressed and has not answered yet; the others wait",
+        retry_after=round(priority.until - now, 3),
+    )
+
+
+def _floor_taken(state: ChannelState, persona_id: str, tier: Tier, now: float) -> Refusal | None:
     priority = state.priority
     if priority is not None and now < priority.until:
-        if persona_id in priority.persona_ids:
-            return None
-        names = ", ".join(sorted(priority.persona_ids))
-        return Refusal(
-            RefusalReason.PRIORITY,
-            f"{names} was addressed and has not answered yet; only aizuchi until then",
-            retry_after=round(priority.until - now, 3),
-        )
+        return _floor_given(state, persona_id, now)
     hold = state.settings.human_hold_s
-    if hold > 0 and state.last_human_at is not None and now < state.last_human_at + hold:
+    if tier is not Tier.AIZUCHI and hold > 0 and state.last_human_at is not None and now < state.last_human_at + hold:
         return Refusal(
             RefusalReason.PRIORITY,
             "a human has just spoken; only aizuchi for a moment",
@@ -294,9 +322,59 @@ def _floor_taken(state: ChannelState, persona_id: str, now: float) -> Refusal | 
 # --- speaking -------------------------------------------------------------------------------------------
 
 
+def _nodded(
+    state: ChannelState, persona_id: str, now: float, replacing: str | None, *, claimed: bool = False
+) -> Refusal | None:
+    """One nod per message: none to a nod, none while another persona's nod is on its way. Nor while another
+    persona is about to speak: its message would come first, and the nod would be about one no longer the latest
+    (and be refused as stale then). A claim already granted is only checked against the history: what others
+    hold now was claimed after it."""
+    if state.latest_is_nod:
+        return Refusal(RefusalReason.NODDED, "the latest message is a nod; a nod to a nod is noise")
+    if claimed:
+        return None
+    coming = [s for s in _holds_by_others(state, persona_id, now) if s.id != replacing]
+    if coming:
+        first = min(coming, key=lambda spend: spend.refund_at)
+        what = "nodding to the latest message" if first.tier is Tier.AIZUCHI else "about to speak"
+        return Refusal(
+            RefusalReason.NODDED,
+            f"{first.persona_id} is already {what}",
+            retry_after=round(first.refund_at - now, 3),
+        )
+    return None
+
+
+# A nod being written goes first, for this long: a remark claimed meanwhile would be spoken before it and leave it
+# nodding at a message no longer the latest. Longer than a nod takes to write, short enough that a slow writer
+# does not hold the room up.
+NOD_FIRST_S = 3.0
+
+
+def _nod_first(state: ChannelState, persona_id: str, now: float, replacing: str | None) -> Refusal | None:
+    if state.priority is not None and persona_id in state.priority.persona_ids and now < state.priority.until:
+        return None  # an answer does not wait for a nod to the question (that nod will be stale anyway)
+    nodding = [
+        s
+        for s in _holds_by_others(state, persona_id, now)
+        if s.tier is Tier.AIZUCHI and s.id != replacing and now < s.created_at + NOD_FIRST_S
+    ]
+    if not nodding:
+        return None
+    first = min(nodding, key=lambda spend: spend.created_at)
+    return Refusal(
+        RefusalReason.NODDED,
+        f"{first.persona_id} is nodding to the latest message; a remark waits a moment for it",
+        retry_after=round(first.created_at + NOD_FIRST_S - now, 3),
+    )
+
+
 def _after_message(state: ChannelState, message: Message) -> dict[str, Any]:
     """The counters a new message moves, as fields for ``replace``."""
-    fields: dict[str, Any] = {"last_seq": message.seq}
+    fields: dict[str, Any] = {
+        "last_seq": message.seq,
+        "recent_said": (*state.recent_said, (message.seq, message.tier is Tier.AIZUCHI))[-RECENT_SUBSTANTIVE:],
+    }
     if message.substantive:
         fields["recent_substantive"] = (*state.recent_substantive, message.seq)[-RECENT_SUBSTANTIVE:]
     if message.author_kind is AuthorKind.HUMAN:
@@ -450,7 +528,10 @@ def speak(
 
 
 def release(state: ChannelState, persona_id: str, claim_id: str, now: float) -> Transition:
-    """Give a claim back (the persona passes): full refund at once. Releasing twice is harmless."""
+    """Give a claim back (the persona passes): full refund at once. Releasing twice is harmless.
+
+    An addressed persona's pass is a try: its second pass gives the floor up, so the others may answer.
+    """
     held = _own_claim(state, persona_id, claim_id)
     if held.state is SpendState.RELEASED:
         return Transition(state, Released(held))
@@ -458,8 +539,17 @@ def release(state: ChannelState, persona_id: str, claim_id: str, now: float) -> 
         raise ConflictError(f"claim {claim_id} was already {held.state}", field="claim_id", code="claim_closed")
     released = replace(held, state=SpendState.RELEASED, refund_at=min(held.refund_at, now))
     spends, claims = ledger.place(state.spends, state.claims, released, held)
-    next_state = replace(state, spends=spends, claims=claims)
+    next_state = replace(state, spends=spends, claims=claims, priority=_passed(state.priority, persona_id, now))
     return Transition(next_state, Released(released), changed_spends=(released,))
+
+
+def _passed(priority: Priority | None, persona_id: str, now: float) -> Priority | None:
+    if priority is None or now >= priority.until or persona_id not in priority.persona_ids:
+        return priority
+    if persona_id not in priority.tried:
+        return replace(priority, tried=priority.tried | {persona_id})
+    rest = priority.persona_ids - {persona_id}
+    return replace(priority, persona_ids=rest, tried=priority.tried - {persona_id}) if rest else None
 
 
 # --- observed messages and bookkeeping ------------------------------------------------------------------
@@ -496,12 +586,23 @@ def observe(
     )
     fields = _after_message(state, message)
     if author.kind is AuthorKind.HUMAN:
-        until = said + state.settings.priority_window_s
-        gets_floor = bool(message.addressed) and until > now
-        floor = Priority(frozenset(message.addressed), until, message.seq)
-        fields["priority"] = floor if gets_floor else None
+        fields["priority"] = _floor_after(state.priority, message, said + state.settings.priority_window_s, now)
     next_state = replace(state, **fields)
     return Transition(next_state, message, new_messages=(message,))
+
+
+def _floor_after(priority: Priority | None, message: Message, until: float, now: float) -> Priority | None:
+    """The floor after a human message: the personas it addresses join those still waiting to answer (asked in
+    turn, they answer in turn); one that addresses nobody leaves the floor as it was."""
+    live = priority if priority is not None and now < priority.until else None
+    if not message.addressed or until <= now:
+        return live
+    asked = frozenset(message.addressed)
+    if live is None:
+        return Priority(asked, until, message.seq)
+    # A persona asked again gets its tries back; an earlier question's answer may still be on its way, so the
+    # floor counts from the earliest question.
+    return Priority(live.persona_ids | asked, max(live.until, until), live.since_seq, live.tried - asked)
 
 
 def retract(state: ChannelState, persona_id: str, message: Message, now: float) -> Transition:
@@ -516,6 +617,7 @@ def retract(state: ChannelState, persona_id: str, message: Message, now: float) 
     next_state = replace(
         state,
         recent_substantive=tuple(seq for seq in state.recent_substantive if seq != message.seq),
+        recent_said=_without(state.recent_said, message.seq),
         bot_streak=state.bot_streak - 1
         if message.seq > state.last_human_seq and state.bot_streak > 0
         else state.bot_streak,
@@ -562,7 +664,15 @@ def delete(state: ChannelState, message: Message) -> Transition:
         return Transition(state, message)
     deleted = replace(message, deleted=True)
     recent = tuple(seq for seq in state.recent_substantive if seq != message.seq)
-    return Transition(replace(state, recent_substantive=recent), deleted, changed_messages=(deleted,))
+    return Transition(
+        replace(state, recent_substantive=recent, recent_said=_without(state.recent_said, message.seq)),
+        deleted,
+        changed_messages=(deleted,),
+    )
+
+
+def _without(said: tuple[tuple[int, bool], ...], seq: int) -> tuple[tuple[int, bool], ...]:
+    return tuple(entry for entry in said if entry[0] != seq)
 
 
 def record_usage(state: ChannelState, tokens: int, now: float) -> Transition:
@@ -581,6 +691,7 @@ def clear_history(state: ChannelState, now: float) -> Transition:
             last_human_at=None,
             priority=None,
             recent_substantive=(),
+            recent_said=(),
             last_human_seq=state.last_seq,
             history_since=now,
         )

@@ -146,7 +146,11 @@ class ArbiterBot(discord.Client):
         else:
             kind = AuthorKind.BOT if message.author.bot else AuthorKind.HUMAN
             author_id = str(message.author.id)
-        mentioned = (self.service.persona_of_platform_user(str(user.id)) for user in message.mentions)
+        spoken_to = [user.id for user in message.mentions]
+        replied = message.reference.resolved if message.reference is not None else None
+        if isinstance(replied, discord.Message):
+            spoken_to.append(replied.author.id)  # a reply to a persona's message speaks to that persona
+        mentioned = (self.service.persona_of_platform_user(str(user_id)) for user_id in spoken_to)
         result = await self.service.record_message(
             channel_id,
             author_id=author_id,

@@ -77,6 +77,7 @@ _STATE_COLUMNS = (
     "last_human_at",
     "priority",
     "recent_substantive",
+    "recent_said",
     "tokens_day",
     "tokens_used",
     "history_since",
@@ -196,8 +197,14 @@ def _state_columns(state: ChannelState) -> dict[str, Any]:
         "last_human_at": state.last_human_at,
         "priority": None
         if priority is None
-        else {"persona_ids": sorted(priority.persona_ids), "until": priority.until, "since_seq": priority.since_seq},
+        else {
+            "persona_ids": sorted(priority.persona_ids),
+            "until": priority.until,
+            "since_seq": priority.since_seq,
+            "tried": sorted(priority.tried),
+        },
         "recent_substantive": list(state.recent_substantive),
+        "recent_said": [[seq, nod] for seq, nod in state.recent_said],
         "tokens_day": state.tokens_day,
         "tokens_used": state.tokens_used,
         "history_since": state.history_since,
@@ -345,7 +352,10 @@ def _state_from(row: Row[Any], channel_spends: Iterable[Spend]) -> ChannelState:
     priority = None
     if row.priority:
         priority = Priority(
-            frozenset(row.priority["persona_ids"]), row.priority["until"], row.priority.get("since_seq", 0)
+            frozenset(row.priority["persona_ids"]),
+            row.priority["until"],
+            row.priority.get("since_seq", 0),
+            frozenset(row.priority.get("tried", ())),
         )
     return ChannelState(
         channel_id=row.id,
@@ -358,6 +368,7 @@ def _state_from(row: Row[Any], channel_spends: Iterable[Spend]) -> ChannelState:
         last_human_at=row.last_human_at,
         priority=priority,
         recent_substantive=tuple(row.recent_substantive),
+        recent_said=tuple((int(seq), bool(nod)) for seq, nod in row.recent_said),
         tokens_day=row.tokens_day,
         tokens_used=row.tokens_used,
         history_since=row.history_since,

@@ -60,6 +60,7 @@ class ChannelRow(Base):
     created_at: Mapped[float]
     updated_at: Mapped[float]
     history_since: Mapped[float | None]  # see ChannelState.history_since
+    recent_said: Mapped[list[Any]]  # see ChannelState.recent_said
 
 
 class SpendRow(Base):

@@ -129,6 +129,8 @@ async def test_turns_stream_messages_claims_and_levels(channel: Client, clock: F
         assert events["level"][0]["next_refund_at"] == clock.value + 4.0
 
         clock.advance(1)
+        await say(channel, "and then?")  # a new message to nod to: the latest one, hana's, is a nod
+        await read_until(ws, of_type("message"))
         consumed = await call(
             channel, "POST", f"/v1/channels/{CHANNEL}/consume", "kai", {"tier": "aizuchi", "text": "なるほど"}
         )

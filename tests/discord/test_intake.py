@@ -97,6 +97,24 @@ async def test_an_at_mention_of_a_registered_persona_addresses_it_whatever_its_n
     assert message.addressed == ["kai"]
 
 
+async def test_a_reply_to_a_personas_message_addresses_that_persona_without_a_ping(
+    arbiter: Arbiter, world: World, lounge: str
+) -> None:
+    kai = world.personas["kai"]
+    await arbiter.service.register_persona("kai", "Kaito", platform_user_id=str(kai.id))
+    client = RecordingClient(intents=discord.Intents.none())
+    async with running(client, kai.token):
+        said = await client.get_partial_messageable(world.lounge.id).send("Tea is better than coffee.")
+    [kais] = world.lounge.messages
+
+    # A reply that does not ping the author (Discord's "@ off"): the reply itself says whom it answers.
+    await world.fake.human_says(world.lounge, world.member, "really? why?", reply_to=kais, ping_reply=False)
+
+    messages = await recorded(arbiter, lounge, 2)
+    assert said.id == kais.id
+    assert [(m.author_id, m.addressed) for m in messages] == [("kai", []), (str(world.member.id), ["kai"])]
+
+
 async def test_another_bots_message_is_recorded_as_a_bots(arbiter: Arbiter, world: World, lounge: str) -> None:
     weather = world.fake.add_bot("weather")
     client = RecordingClient(intents=discord.Intents.none())

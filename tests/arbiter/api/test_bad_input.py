@@ -14,11 +14,13 @@ import pytest
 
 from arbiter.api.app import package_version
 from arbiter.api.openapi import openapi_document
+from arbiter.core.rules import NOD_FIRST_S
 from tests.arbiter.api.conftest import route_template
 from tests.conftest import ADMIN_TOKEN, PERSONA_TOKENS
 
 if TYPE_CHECKING:
     from tests.arbiter.api.conftest import Api
+    from tests.support.clock import FakeClock
 
 CH = "/v1/channels/lobby"
 DOCUMENT = openapi_document(package_version())
@@ -629,12 +631,15 @@ PATHS_AND_QUERIES = [
 
 
 @pytest.fixture
-async def busy(api: Api, lobby: str) -> dict[str, str]:
-    """The lobby with a human message, a persona message whose cost is in flight, and kai's held claim."""
+async def busy(api: Api, lobby: str, clock: FakeClock) -> dict[str, str]:
+    """The lobby with a human message, a persona message whose cost is in flight, and kai's held claim (a nod's,
+    claimed long enough ago that the others' remarks no longer wait for it: a refusal would hide the error)."""
     human = await api.observe("hello bots", platform_message_id="d-0")
     spoken = await api.consume("hana", "Hello! How was your day?", tier="remark")
     claim = await api.claim("kai", "aizuchi")
     assert spoken["granted"] and claim["granted"]
+    clock.advance(NOD_FIRST_S)
+    assert await api.level() == 35  # the remark's cost is still in flight, and kai's claim still held
     return {
         "human_seq": str(human["seq"]),
         "hana_seq": str(spoken["message"]["seq"]),

@@ -147,7 +147,9 @@ async def test_disabled_persona_is_refused_and_sees_it_in_status(api: Api) -> No
     assert view["personas"]["kai"] == {"enabled": False, "muted": False, "display_name": "kai"}
     _refused(await api.claim("kai", "aizuchi"), "not_enabled")
     assert (await api.status("kai"))["you"]["enabled"] is False
-    assert (await api.claim("hana", "aizuchi"))["granted"] is True
+    held = await api.claim("hana", "aizuchi")
+    assert held["granted"] is True
+    await api.release("hana", held["claim"]["claim_id"])  # so that no message of hana's is on its way
     await api.call("PUT", f"{CH}/personas/kai", "admin", json={"enabled": True})
     assert (await api.claim("kai", "aizuchi"))["granted"] is True
 
@@ -220,12 +222,17 @@ async def test_status_shows_the_callers_own_claim_only(api: Api) -> None:
 
 
 async def test_status_counts_the_live_claims_of_everyone_by_tier(api: Api, clock: FakeClock) -> None:
-    await api.claim("hana", "aizuchi")
-    await api.claim("kai", "aizuchi")
-    spoken = (await api.claim("mio", "aizuchi"))["claim"]["claim_id"]
-    await api.speak("mio", spoken, "hm")
-    await api.claim("mio", "remark")
-    assert (await api.status("kai"))["claims_held"] == {"aizuchi": 2, "remark": 1}
+    await api.patch(capacity=300)
+    assert (await api.claim("hana", "aizuchi"))["granted"] is True
+    # Refused claims are not counted: one nod at a time, and a nod claimed a moment ago goes first.
+    _refused(await api.claim("kai", "aizuchi"), "nodded")
+    _refused(await api.claim("kai", "remark"), "nodded")
+    clock.advance(3)
+    assert (await api.claim("kai", "remark"))["granted"] is True
+    spoken = (await api.claim("mio", "long"))["claim"]["claim_id"]
+    await api.speak("mio", spoken, "hm")  # spoken: no longer held
+    assert (await api.claim("mio", "remark"))["granted"] is True
+    assert (await api.status("kai"))["claims_held"] == {"aizuchi": 1, "remark": 2}
     clock.advance(30)  # every claim lapses
     assert (await api.status("admin"))["claims_held"] == {}
 
@@ -380,15 +387,18 @@ async def test_stale_reply_is_refused(api: Api) -> None:
     verdict = await api.claim("hana", "remark", based_on_seq=1)
     _refused(verdict, "stale")
     assert await api.level() == 100
-    assert (await api.claim("hana", "remark", based_on_seq=2))["granted"] is True
-    # A nod is never stale.
-    assert (await api.consume("kai", "yes", tier="aizuchi", based_on_seq=1))["granted"] is True
+    held = await api.claim("hana", "remark", based_on_seq=2)
+    assert held["granted"] is True
+    await api.release("hana", held["claim"]["claim_id"])  # nobody nods while hana is about to speak
+    # A nod is for the latest message: one message since is enough to make it stale.
+    _refused(await api.consume("kai", "yes", tier="aizuchi", based_on_seq=2), "stale")
+    assert (await api.consume("kai", "yes", tier="aizuchi", based_on_seq=3))["granted"] is True
 
 
 async def test_idle_cap_stops_the_bots_until_a_human_speaks(api: Api) -> None:
     await api.patch(idle_cap=2)
-    await api.consume("hana", "ok", tier="aizuchi")
-    await api.consume("kai", "ok", tier="aizuchi")
+    assert (await api.consume("hana", "ok", tier="aizuchi"))["granted"] is True
+    assert (await api.consume("kai", "I see what you mean.", tier="remark"))["granted"] is True
     _refused(await api.consume("mio", "ok", tier="aizuchi"), "idle_cap")
     assert (await api.status())["bot_streak"] == 2
     await api.observe("anyone there?")
@@ -502,8 +512,8 @@ async def test_humans_do_not_lower_the_level(api: Api) -> None:
 
 
 async def test_human_message_resets_the_bot_streak(api: Api) -> None:
-    await api.consume("hana", "ok", tier="aizuchi")
-    await api.consume("kai", "ok", tier="aizuchi")
+    assert (await api.consume("hana", "ok", tier="aizuchi"))["granted"] is True
+    assert (await api.consume("kai", "I see what you mean.", tier="remark"))["granted"] is True
     assert (await api.status())["bot_streak"] == 2
     await api.observe("hi bots")
     assert (await api.status())["bot_streak"] == 0
@@ -521,15 +531,43 @@ async def test_human_naming_a_persona_gives_it_priority(api: Api, clock: FakeClo
     _refused(verdict, "priority")
     assert verdict["retry_after"] == 20.0
     _refused(await api.consume("mio", "Actually, I think...", tier="long"), "priority")
-    # Others may still nod.
-    nod = await api.consume("hana", "ooh", tier="aizuchi")
-    assert nod["granted"] is True
+    # Not even a nod: before kai answers, it would read as an answer to the question.
+    _refused(await api.consume("hana", "ooh", tier="aizuchi"), "priority")
+    _refused(await api.claim("mio", "aizuchi"), "priority")
 
     claim_id = (await api.claim("kai", "remark"))["claim"]["claim_id"]
     assert (await api.speak("kai", claim_id, "I think it is a great idea."))["granted"] is True
     assert (await api.status())["priority"] == []
+    assert (await api.consume("hana", "ooh", tier="aizuchi"))["granted"] is True
     clock.advance(5)  # the remark's cost comes back, so only the floor could refuse now
-    assert (await api.claim("hana", "remark"))["granted"] is True
+    assert (await api.claim("mio", "remark"))["granted"] is True
+
+
+async def test_an_addressed_persona_that_passes_twice_gives_the_floor_up(api: Api) -> None:
+    await api.observe("kai, what do you think?")
+    first = (await api.claim("kai", "remark"))["claim"]["claim_id"]
+    await api.release("kai", first)
+    # One pass is a try: the floor is still kai's.
+    assert (await api.status())["priority"] == ["kai"]
+    _refused(await api.claim("hana", "aizuchi"), "priority")
+    second = (await api.claim("kai", "remark"))["claim"]["claim_id"]
+    await api.release("kai", second)
+    assert (await api.status())["priority"] == []
+    assert (await api.claim("hana", "aizuchi"))["granted"] is True
+
+
+async def test_one_nod_per_message(api: Api, clock: FakeClock) -> None:
+    await api.observe("we went to the sea")
+    held = (await api.claim("hana", "aizuchi"))["claim"]["claim_id"]
+    verdict = await api.consume("kai", "nice", tier="aizuchi")
+    _refused(verdict, "nodded")  # hana's nod is on its way
+    assert verdict["retry_after"] == 30.0  # hana's claim lapses then
+    assert (await api.speak("hana", held, "いいね"))["granted"] is True
+    verdict = await api.claim("kai", "aizuchi")
+    _refused(verdict, "nodded")  # a nod to a nod
+    assert verdict["retry_after"] is None  # only a new message helps
+    await api.observe("and it rained")
+    assert (await api.consume("kai", "oh no", tier="aizuchi"))["granted"] is True
 
 
 async def test_priority_passes_when_its_window_ends(api: Api, clock: FakeClock) -> None:

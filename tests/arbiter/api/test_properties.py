@@ -7,11 +7,17 @@ the history, and after every step checks the arbiter against it:
 - history seqs strictly increase, and the history is exactly the messages the model expects: every grant
   is either in the history (its message is there, at its cost) or refunded (released, the difference of a
   downgrade, retracted, or a claim that lapsed);
-- a refusal changes nothing, and a grant was affordable when it was made.
+- a refusal changes nothing, and a grant was affordable when it was made;
+- the floor and the nods follow the rules the model keeps too: who has the floor (a human's message addresses
+  personas; an answer, a second pass or the end of the window takes it away; status shows it), and one nod per
+  message (none to a nod, none while another persona is about to speak, no other turn while a nod claimed a
+  moment ago is on its way). Every grant must be allowed by them, every "priority" or "nodded" refusal must be
+  one they give, and a refusal for a reason checked after them (too long, stale, insufficient) means they
+  allowed the turn.
 
-The model does not predict *whether* a turn is granted (priority, idle cap, budget and the rest decide
-that); it checks that whatever the arbiter answered is consistent. Each example runs on a fresh SQLite
-database and its own event loop, with a fake clock.
+The model does not predict whether the other reasons refuse a turn (idle cap, budget, a pause); it checks that
+whatever the arbiter answered is consistent. Each example runs on a fresh SQLite database and its own event
+loop, with a fake clock.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
+from arbiter.core.rules import NOD_FIRST_S
 from arbiter.server import open_arbiter
 from tests.conftest import auth, make_settings
 from tests.support.clock import FakeClock
@@ -38,7 +45,13 @@ CH = f"/v1/channels/{CHANNEL}"
 PERSONAS = ("hana", "kai", "mio")
 TIERS = ("aizuchi", "remark", "long")
 RANK = {tier: rank for rank, tier in enumerate(TIERS)}
-REASONS = {"insufficient", "paused", "muted", "not_enabled", "too_long", "stale", "idle_cap", "budget", "priority"}
+REASONS = {
+    "insufficient", "paused", "muted", "not_enabled", "too_long", "stale", "idle_cap", "budget", "priority", "nodded"
+}  # fmt: skip
+# The reasons the model predicts, and those checked after them: a refusal for one of these was let through by
+# the floor and the nod rules. (The rest are checked before them, so say nothing about them.)
+MODELLED = {"priority", "nodded"}
+CHECKED_AFTER = {"too_long", "stale", "insufficient"}
 TEXTS = (
     "うん",
     "right!",
@@ -62,11 +75,21 @@ class Grant:
     refund_at: float
     state: str  # held, spoken, released, retracted
     claimed: bool  # made by a claim (else by a one-step consume)
+    created_at: float = 0.0
     seq: int | None = None
     text: str | None = None
 
     def out(self, now: float) -> bool:
         return self.refund_at > now
+
+
+@dataclasses.dataclass
+class Floor:
+    """The personas a human addressed: the others wait until each has answered or passed twice, or ``until``."""
+
+    personas: set[str]
+    until: float
+    tried: set[str] = dataclasses.field(default_factory=set)
 
 
 @dataclasses.dataclass
@@ -97,6 +120,9 @@ class ArbiterMachine(RuleBasedStateMachine):
         self.capacity: int = view["capacity"]
         self.tiers: dict[str, dict[str, Any]] = {t: dict(view["tiers"][t]) for t in TIERS}
         self.claim_ttl_s: float = view["claim_ttl_s"]
+        self.priority_window_s: float = view["priority_window_s"]
+        assert view["human_hold_s"] == 0  # the model has no human hold
+        self.floor: Floor | None = None
         self.grants: list[Grant] = []
         self.messages: dict[int, Expected] = {}
         self.platform_ids: dict[str, int] = {}
@@ -148,6 +174,65 @@ class ArbiterMachine(RuleBasedStateMachine):
         out = sum(g.cost for g in self.grants if g.out(self.now) and g is not replacing)
         return max(0, self.capacity - out)
 
+    # --- the floor and the nods, as the model sees them -------------------------------------------------
+
+    def floor_now(self) -> Floor | None:
+        return self.floor if self.floor is not None and self.now < self.floor.until else None
+
+    def expected(self, persona: str, tier: str, *, claimed: bool) -> str | None:
+        """The refusal the floor and the nod rules give ``persona``'s turn in ``tier`` now, or None. ``claimed``:
+        speech on a live claim, which the claim's grant already let past the others' claims."""
+        floor = self.floor_now()
+        if floor is not None and persona not in floor.personas:
+            return "priority"
+        others = [g for g in self.grants if g.state == "held" and g.out(self.now) and g.persona != persona]
+        if tier == "aizuchi":
+            if self.latest_is_nod():
+                return "nodded"  # a nod to a nod
+            if not claimed and others:
+                return "nodded"  # someone else is about to speak (or nod)
+        elif (
+            not claimed
+            and floor is None
+            and any(g.tier == "aizuchi" and self.now < g.created_at + NOD_FIRST_S for g in others)
+        ):
+            return "nodded"  # a nod claimed a moment ago goes first (an addressed persona's answer does not wait)
+        return None
+
+    def judged(self, verdict: dict[str, Any], expected: str | None) -> None:
+        """The floor and the nod rules agree with the arbiter's answer."""
+        if verdict["granted"]:
+            assert expected is None, (verdict, expected, self.floor, self.latest_is_nod())
+        elif verdict["reason"] in MODELLED:
+            assert verdict["reason"] == expected, (verdict, expected, self.floor, self.latest_is_nod())
+        elif verdict["reason"] in CHECKED_AFTER:
+            assert expected is None, (verdict, expected, self.floor, self.latest_is_nod())
+
+    def latest_is_nod(self) -> bool:
+        """Whether the newest message still in the history is a nod (one taken back leaves the one before it)."""
+        return bool(self.messages) and self.messages[max(self.messages)].tier == "aizuchi"
+
+    def spoke(self, persona: str, tier: str, seq: int) -> None:
+        """A persona's message: anything but a nod answers what the persona was asked (``self.messages`` already
+        shows the message itself)."""
+        if tier != "aizuchi" and self.floor is not None and persona in self.floor.personas:
+            self.floor.personas.discard(persona)
+            if not self.floor.personas:
+                self.floor = None
+
+    def passed(self, persona: str) -> None:
+        """A released claim: an addressed persona's first pass is a try, its second gives the floor up."""
+        floor = self.floor_now()
+        if floor is None or persona not in floor.personas:
+            return
+        if persona not in floor.tried:
+            floor.tried.add(persona)
+            return
+        floor.personas.discard(persona)
+        floor.tried.discard(persona)
+        if not floor.personas:
+            self.floor = None
+
     def refused(self, verdict: dict[str, Any], level_before: int, *, cost: int, available: int) -> None:
         """A refusal has a known reason, changes nothing, and says "insufficient" only when that is true."""
         assert verdict["granted"] is False, verdict
@@ -165,6 +250,7 @@ class ArbiterMachine(RuleBasedStateMachine):
         grant.seq = message["seq"]
         grant.text = message["text"]
         self.messages[message["seq"]] = Expected(grant.persona, "persona", message["text"], grant.tier, grant.cost)
+        self.spoke(grant.persona, grant.tier, message["seq"])
 
     # --- rules ----------------------------------------------------------------------------------------------
 
@@ -186,7 +272,9 @@ class ArbiterMachine(RuleBasedStateMachine):
         # A new claim replaces the persona's live one, so that one's cost counts as available.
         available = self.available(replacing=previous)
         cost = self.tiers[tier]["cost"]
+        expected = self.expected(persona, tier, claimed=False)
         verdict = self.expect("POST", f"{CH}/claims", persona, {"tier": tier})
+        self.judged(verdict, expected)
         if not verdict["granted"]:
             self.refused(verdict, before, cost=cost, available=available)
             return None
@@ -197,7 +285,16 @@ class ArbiterMachine(RuleBasedStateMachine):
         event("granted: claim")
         if previous is not None:
             previous.state, previous.refund_at = "released", self.now
-        grant = Grant(claim["claim_id"], persona, tier, cost, self.now + self.claim_ttl_s, "held", claimed=True)
+        grant = Grant(
+            claim["claim_id"],
+            persona,
+            tier,
+            cost,
+            self.now + self.claim_ttl_s,
+            "held",
+            claimed=True,
+            created_at=self.now,
+        )
         self.grants.append(grant)
         assert verdict["level"] == self.model_level(), verdict
         return grant
@@ -206,7 +303,10 @@ class ArbiterMachine(RuleBasedStateMachine):
         before = self.model_level()
         live = grant.out(self.now)
         cost = min(self.tiers[tier]["cost"], grant.cost)
+        # A lapsed claim is judged afresh, as a one-step consume would be.
+        expected = self.expected(grant.persona, tier, claimed=live)
         verdict = self.expect("POST", f"{CH}/claims/{grant.id}/speak", grant.persona, {"text": text, "tier": tier})
+        self.judged(verdict, expected)
         if not verdict["granted"]:
             # A live claim already holds its cost, so only a lapsed one can be short of it.
             self.refused(verdict, before, cost=cost, available=cost if live else before)
@@ -225,6 +325,9 @@ class ArbiterMachine(RuleBasedStateMachine):
         released = self.expect("DELETE", f"{CH}/claims/{grant.id}", grant.persona)
         assert released["granted"] is True
         assert released["claim"]["state"] == "released"
+        if grant.state == "held":  # releasing again changes nothing
+            event("pass" if self.floor_now() is None else "pass with a floor")
+            self.passed(grant.persona)
         grant.state, grant.refund_at = "released", min(grant.refund_at, self.now)
         assert released["level"] == self.model_level()
 
@@ -306,13 +409,17 @@ class ArbiterMachine(RuleBasedStateMachine):
                 return
             tier, cost = covered[-1], choice  # the dearest tier the amount covers
             body["amount"] = choice
+        expected = self.expected(persona, tier, claimed=False)
         verdict = self.expect("POST", f"{CH}/consume", persona, body)
+        self.judged(verdict, expected)
         if not verdict["granted"]:
             self.refused(verdict, before, cost=cost, available=before)
             return
         assert before >= cost, "granted a spend the pool could not afford"
         refund_at = self.now + self.tiers[tier]["recovery_s"]
-        grant = Grant(f"consume-{self.last_seq + 1}", persona, tier, cost, refund_at, "spoken", claimed=False)
+        grant = Grant(
+            f"consume-{self.last_seq + 1}", persona, tier, cost, refund_at, "spoken", claimed=False, created_at=self.now
+        )
         self.grants.append(grant)
         self.record(grant, verdict["message"])
         assert verdict["level"] == self.model_level(), verdict
@@ -333,6 +440,21 @@ class ArbiterMachine(RuleBasedStateMachine):
         self.messages[self.last_seq] = Expected("u1", "human", text, None, 0, platform_id)
         if platform_id is not None:
             self.platform_ids[platform_id] = self.last_seq
+        # Whom it addresses (mentions, or a persona's name in the text) is the history's to say; what that does to
+        # the floor is the model's. Those asked join those still waiting to answer, with their tries back, and the
+        # floor lasts a window from the latest question; a message that asks nobody leaves the floor as it was.
+        page = self.expect("GET", f"{CH}/history?after={self.last_seq - 1}&limit=1", "admin")
+        addressed = set(page["messages"][0]["addressed"])
+        assert set(mentions) <= addressed
+        floor = self.floor_now()
+        if addressed and floor is None:
+            floor = Floor(addressed, self.now + self.priority_window_s)
+        elif addressed and floor is not None:
+            event("a question while the floor was taken")
+            floor.personas |= addressed
+            floor.tried -= addressed
+            floor.until = max(floor.until, self.now + self.priority_window_s)
+        self.floor = floor
 
     @precondition(lambda self: any(g.state in {"spoken", "retracted"} for g in self.grants))
     @rule(data=st.data())
@@ -349,11 +471,13 @@ class ArbiterMachine(RuleBasedStateMachine):
         if self.messages[grant.seq].platform_message_id is not None:
             self.expect("POST", path, grant.persona, status=409)  # it was posted: it cannot be taken back
             return
-        before = self.model_level()
+        # What was still out comes back: all of its cost (the level may show less of it, when the pool was shrunk
+        # below what is out).
+        outstanding = grant.cost if grant.out(self.now) else 0
         answer = self.expect("POST", path, grant.persona)
         grant.state, grant.refund_at = "retracted", min(grant.refund_at, self.now)
         del self.messages[grant.seq]
-        assert answer == {"seq": grant.seq, "refunded": self.model_level() - before, "level": self.model_level()}
+        assert answer == {"seq": grant.seq, "refunded": outstanding, "level": self.model_level()}
 
     @precondition(lambda self: any(g.state == "spoken" for g in self.grants))
     @rule(data=st.data(), platform_id=st.sampled_from(PLATFORM_IDS))
@@ -463,6 +587,8 @@ class ArbiterMachine(RuleBasedStateMachine):
         assert status["level"] == self.model_level(), (status, self.grants)
         assert status["last_seq"] == self.last_seq
         assert status["tokens_today"] == self.tokens
+        floor = self.floor_now()
+        assert status["priority"] == (sorted(floor.personas) if floor is not None else []), (status, self.floor)
 
     @invariant()
     def history_is_exactly_the_unretracted_messages_in_order(self) -> None:

@@ -111,3 +111,9 @@ def let_go(state: ChannelState, persona_id: str, claim_id: str, now: float) -> C
     transition = rules.release(state, persona_id, claim_id, now)
     assert isinstance(transition.outcome, Released), transition.outcome
     return transition.state
+
+
+def passed(state: ChannelState, persona_id: str, now: float, *, tier: Tier = Tier.REMARK) -> ChannelState:
+    """A pass: a claim that must be granted, given back at once."""
+    state, held = hold(state, persona_id, tier, now)
+    return let_go(state, persona_id, held.id, now)

@@ -25,6 +25,7 @@ from tests.arbiter.core.builders import (
     hold,
     let_go,
     new_id,
+    passed,
     refusal,
     said,
     say,
@@ -91,11 +92,13 @@ def test_level_never_drops_below_zero_when_capacity_is_lowered() -> None:
 
 
 def test_refund_schedule_lists_pending_refunds_soonest_first() -> None:
-    state = channel(tiers=DISTINCT_RECOVERY, claim_ttl_s=3)
+    state = channel(capacity=200, tiers=DISTINCT_RECOVERY, claim_ttl_s=2)
     state = said(state, HANA, Tier.LONG, T0)  # back at T0 + 10
-    state, _ = hold(state, "kai", Tier.AIZUCHI, T0)  # expires at T0 + 3
+    # The nod before the claim: while another persona is about to speak, nobody nods.
     state = said(state, MIO, Tier.AIZUCHI, T0 + 1)  # back at T0 + 3
-    assert rules.refund_schedule(state, T0 + 1) == [(T0 + 3, 5), (T0 + 3, 5), (T0 + 10, 80)]
+    state, _ = hold(state, "kai", Tier.REMARK, T0 + 1)  # expires at T0 + 3
+    assert rules.refund_schedule(state, T0 + 1) == [(T0 + 3, 5), (T0 + 3, 60), (T0 + 10, 80)]
+    state = hear(state, T0 + 4)  # a new message to nod to: one nod per message
     state = said(state, MIO, Tier.AIZUCHI, T0 + 4)  # back at T0 + 6
     assert rules.refund_schedule(state, T0 + 4) == [(T0 + 6, 5), (T0 + 10, 80)]
 
@@ -148,6 +151,22 @@ def _human_just_spoke() -> ChannelState:
     return hear(channel(human_hold_s=3), T0)
 
 
+def _kai_nodded() -> ChannelState:
+    return said(hear(channel(), T0), KAI, Tier.AIZUCHI, T0)
+
+
+def _kai_is_nodding() -> ChannelState:
+    return hold(hear(channel(claim_ttl_s=30), T0), "kai", Tier.AIZUCHI, T0)[0]  # held until T0 + 30
+
+
+def _kai_is_about_to_speak() -> ChannelState:
+    return hold(hear(channel(claim_ttl_s=30), T0), "kai", Tier.REMARK, T0)[0]  # held until T0 + 30
+
+
+def _a_human_spoke_since_seq_1() -> ChannelState:
+    return hear(hear(channel(), T0), T0 + 1)
+
+
 REFUSALS = [
     pytest.param(RefusalCase(_pool_short_by_one_refund, T0 + 1, Tier.REMARK, R.INSUFFICIENT, 4.0), id="insufficient"),
     pytest.param(
@@ -180,6 +199,23 @@ REFUSALS = [
     ),
     pytest.param(RefusalCase(_kai_addressed, T0 + 5, Tier.REMARK, R.PRIORITY, 15.0), id="priority-addressed"),
     pytest.param(RefusalCase(_human_just_spoke, T0 + 1, Tier.REMARK, R.PRIORITY, 2.0), id="priority-human-hold"),
+    # Not even a nod while another persona has the floor.
+    pytest.param(RefusalCase(_kai_addressed, T0 + 5, Tier.AIZUCHI, R.PRIORITY, 15.0), id="priority-addressed-nod"),
+    # One nod per message: none to a nod, none while another persona's nod is on its way.
+    pytest.param(RefusalCase(_kai_nodded, T0 + 1, Tier.AIZUCHI, R.NODDED, None), id="nodded-to-a-nod"),
+    pytest.param(RefusalCase(_kai_is_nodding, T0 + 1, Tier.AIZUCHI, R.NODDED, 29.0), id="nodded-nod-on-its-way"),
+    # Nor while another persona is about to speak: the nod would be about a message no longer the latest.
+    pytest.param(
+        RefusalCase(_kai_is_about_to_speak, T0 + 1, Tier.AIZUCHI, R.NODDED, 29.0), id="nodded-remark-on-its-way"
+    ),
+    # A nod claimed a moment ago goes first: a remark waits for it (NOD_FIRST_S after the claim).
+    pytest.param(
+        RefusalCase(_kai_is_nodding, T0 + 1, Tier.REMARK, R.NODDED, rules.NOD_FIRST_S - 1), id="nodded-remark-waits"
+    ),
+    # A nod is for the latest message: no tolerance.
+    pytest.param(
+        RefusalCase(_a_human_spoke_since_seq_1, T0 + 2, Tier.AIZUCHI, R.STALE, 0.0, based_on_seq=1), id="stale-nod"
+    ),
 ]
 
 
@@ -199,6 +235,21 @@ def test_consume_is_refused(case: RefusalCase) -> None:
 def test_claim_is_refused_for_the_same_reasons(case: RefusalCase) -> None:
     state = case.build()
     transition = rules.claim(state, "hana", case.tier, case.now, claim_id=new_id(), based_on_seq=case.based_on_seq)
+    found = refusal(transition)
+    assert (found.reason, found.retry_after) == (case.reason, case.retry_after)
+    assert transition.state is state
+
+
+NOD_REFUSALS = [p for p in REFUSALS if isinstance(p.values[0], RefusalCase) and p.values[0].tier is Tier.AIZUCHI]
+
+
+@pytest.mark.parametrize("case", NOD_REFUSALS)
+def test_a_nod_bought_by_amount_is_refused_for_the_same_reasons(case: RefusalCase) -> None:
+    state = case.build()
+    # 30 covers a nod (5) but not a remark (60): it buys a nod, checked as any nod is.
+    transition = rules.consume(
+        state, HANA, case.text, case.now, spend_id=new_id(), amount=30, based_on_seq=case.based_on_seq
+    )
     found = refusal(transition)
     assert (found.reason, found.retry_after) == (case.reason, case.retry_after)
     assert transition.state is state
@@ -283,6 +334,27 @@ def test_refusal_reasons_come_in_a_fixed_order() -> None:
     assert reported == [*(reason for _, reason in PRECEDENCE), R.STALE, R.INSUFFICIENT]
     granted = _consume(with_settings(state, capacity=1_000), Tier.REMARK, T0 + 2, "short", based_on_seq=3)
     speech(granted)
+
+
+def test_a_nods_refusal_reasons_come_in_a_fixed_order() -> None:
+    """The floor, then the nod the latest message already has, then the text, its staleness and the pool."""
+    state = hear(channel(), T0)  # seq 1
+    state = said(state, KAI, Tier.LONG, T0 + 0.5)  # seq 2
+    state = said(state, MIO, Tier.AIZUCHI, T0 + 1)  # seq 3: the latest message is a nod
+    state = with_settings(state, capacity=85)  # nothing left in the pool until T0 + 5.5
+    state = replace(state, priority=Priority(frozenset({"mio"}), T0 + 20, 3))  # mio has the floor
+    reported: list[RefusalReason] = []
+    for fix, text, based_on_seq in [
+        (None, "x" * 25, 1),
+        (_no_priority, "x" * 25, 1),
+        (lambda s: replace(s, recent_said=tuple((q, False) for q, _ in s.recent_said)), "x" * 25, 1),  # no nod
+        (None, "short", 1),
+        (None, "short", 3),
+    ]:
+        state = fix(state) if fix is not None else state
+        reported.append(refusal(_consume(state, Tier.AIZUCHI, T0 + 2, text, based_on_seq=based_on_seq)).reason)
+    assert reported == [R.PRIORITY, R.NODDED, R.TOO_LONG, R.STALE, R.INSUFFICIENT]
+    speech(_consume(with_settings(state, capacity=1_000), Tier.AIZUCHI, T0 + 2, "short", based_on_seq=3))
 
 
 # --- consume ----------------------------------------------------------------------------------------------
@@ -457,8 +529,8 @@ def test_a_new_claim_replaces_the_personas_old_one() -> None:
 
 
 def test_a_refused_new_claim_keeps_the_old_one() -> None:
-    state, first = hold(channel(), "hana", Tier.AIZUCHI, T0)
-    state = said(state, KAI, Tier.LONG, T0)  # 15 left
+    state = said(channel(), KAI, Tier.LONG, T0)
+    state, first = hold(state, "hana", Tier.AIZUCHI, T0)  # 15 left
     transition = rules.claim(state, "hana", Tier.REMARK, T0 + 1, claim_id=new_id())
     assert refusal(transition).reason is R.INSUFFICIENT
     assert transition.state.claim_of("hana", T0 + 1) == first
@@ -524,8 +596,8 @@ def _kai_addressed_meanwhile(state: ChannelState) -> ChannelState:
 
 @pytest.mark.parametrize(
     "meanwhile",
-    [_others_took_the_idle_cap, _budget_spent_meanwhile, _pool_shrank, _kai_addressed_meanwhile],
-    ids=["idle_cap", "budget", "insufficient", "priority"],
+    [_others_took_the_idle_cap, _budget_spent_meanwhile, _pool_shrank],
+    ids=["idle_cap", "budget", "insufficient"],
 )
 def test_a_live_claim_is_not_refused_for_what_was_settled_when_it_was_granted(
     meanwhile: Callable[[ChannelState], ChannelState],
@@ -559,8 +631,10 @@ def _two_humans_meanwhile(state: ChannelState) -> ChannelState:
         (_disabled_meanwhile, "ok", R.NOT_ENABLED),
         (lambda state: state, "x" * 121, R.TOO_LONG),
         (_two_humans_meanwhile, "ok", R.STALE),
+        # Claimed before kai was asked something: what hana wrote must not come before kai's answer.
+        (_kai_addressed_meanwhile, "ok", R.PRIORITY),
     ],
-    ids=["paused", "muted", "not_enabled", "too_long", "stale"],
+    ids=["paused", "muted", "not_enabled", "too_long", "stale", "priority"],
 )
 def test_a_live_claims_speech_is_still_refused_for_what_can_change(
     meanwhile: Callable[[ChannelState], ChannelState], text: str, reason: RefusalReason
@@ -588,19 +662,23 @@ def test_a_live_claims_speech_is_still_refused_for_what_can_change(
     ],
 )
 def test_idle_cap_counts_consecutive_bot_turns(bot_turns: tuple[rules.Author, ...], refused: bool) -> None:
-    state = hear(channel(idle_cap=3), T0)
+    state = hear(channel(capacity=1_000, idle_cap=3), T0)
     for offset, author in enumerate(bot_turns, start=1):
         if author.kind is AuthorKind.BOT:
             state = hear(state, T0 + offset, author=author)
         else:
-            state = said(state, author, Tier.AIZUCHI, T0 + offset * 2)
-    transition = _consume(state, Tier.AIZUCHI, T0 + 10)
-    assert (isinstance(transition.outcome, rules.Refusal) and transition.outcome.reason is R.IDLE_CAP) is refused
+            # Nods and remarks both count as turns; they alternate, since a nod to a nod is refused.
+            state = said(state, author, Tier.AIZUCHI if offset % 2 else Tier.REMARK, T0 + offset * 2)
+    transition = _consume(state, Tier.REMARK, T0 + 10)
+    if refused:
+        assert refusal(transition).reason is R.IDLE_CAP
+    else:
+        speech(transition)
 
 
 def test_a_human_message_resets_the_idle_streak() -> None:
     state = said(channel(idle_cap=2), KAI, Tier.AIZUCHI, T0)
-    state = said(state, MIO, Tier.AIZUCHI, T0)
+    state = said(state, MIO, Tier.REMARK, T0)
     assert refusal(_consume(state, Tier.AIZUCHI, T0 + 1)).reason is R.IDLE_CAP
     state = hear(state, T0 + 2)
     assert state.bot_streak == 0
@@ -608,32 +686,34 @@ def test_a_human_message_resets_the_idle_streak() -> None:
 
 
 def test_live_claims_of_other_personas_count_toward_the_idle_cap() -> None:
-    state = said(channel(idle_cap=2), KAI, Tier.AIZUCHI, T0)
+    state = said(channel(idle_cap=2), KAI, Tier.REMARK, T0)
     state, _ = hold(state, "mio", Tier.AIZUCHI, T0 + 1)
+    # The idle cap comes before the nod on its way.
     assert refusal(_consume(state, Tier.AIZUCHI, T0 + 2)).reason is R.IDLE_CAP
 
 
 def test_a_personas_own_claim_does_not_count_toward_its_idle_cap() -> None:
-    state = said(channel(idle_cap=2), KAI, Tier.AIZUCHI, T0)
+    state = said(channel(capacity=200, idle_cap=2), KAI, Tier.REMARK, T0)
     state, _ = hold(state, "hana", Tier.AIZUCHI, T0 + 1)
     hold(state, "hana", Tier.REMARK, T0 + 2)  # replaces its claim: still one turn in flight
 
 
 def test_a_personas_own_claim_does_not_hold_back_its_one_step_speech() -> None:
-    state = said(channel(idle_cap=2), KAI, Tier.AIZUCHI, T0)
+    # Neither as a turn in flight nor as a nod on its way.
+    state = said(channel(idle_cap=2), KAI, Tier.REMARK, T0)
     state, _ = hold(state, "hana", Tier.AIZUCHI, T0 + 1)
     speech(_consume(state, Tier.AIZUCHI, T0 + 2))
 
 
 def test_an_expired_claim_no_longer_counts_toward_the_idle_cap() -> None:
-    state = said(channel(idle_cap=2, claim_ttl_s=10), KAI, Tier.AIZUCHI, T0)
+    state = said(channel(idle_cap=2, claim_ttl_s=10), KAI, Tier.REMARK, T0)
     state, _ = hold(state, "mio", Tier.AIZUCHI, T0)
     assert refusal(_consume(state, Tier.AIZUCHI, T0 + 9)).reason is R.IDLE_CAP
     speech(_consume(state, Tier.AIZUCHI, T0 + 10))
 
 
 def test_retracting_a_message_in_the_current_streak_gives_the_turn_back() -> None:
-    state = said(channel(idle_cap=2), KAI, Tier.AIZUCHI, T0)
+    state = said(channel(idle_cap=2), KAI, Tier.REMARK, T0)
     state, granted = say(state, MIO, Tier.AIZUCHI, T0)
     assert refusal(_consume(state, Tier.AIZUCHI, T0 + 1)).reason is R.IDLE_CAP
     state = rules.retract(state, "mio", granted.message, T0 + 1).state
@@ -654,14 +734,15 @@ def test_retracting_a_message_from_before_the_last_human_message_leaves_the_stre
 @pytest.mark.parametrize(
     ("persona", "tier", "allowed"),
     [
+        ("kai", Tier.AIZUCHI, True),
         ("kai", Tier.REMARK, True),
         ("kai", Tier.LONG, True),
-        ("hana", Tier.AIZUCHI, True),
+        ("hana", Tier.AIZUCHI, False),  # not even a nod: it would read as an answer to what kai was asked
         ("hana", Tier.REMARK, False),
         ("hana", Tier.LONG, False),
     ],
 )
-def test_an_addressed_persona_has_the_floor_and_others_may_only_nod(persona: str, tier: Tier, allowed: bool) -> None:
+def test_an_addressed_persona_has_the_floor_and_the_others_wait(persona: str, tier: Tier, allowed: bool) -> None:
     state = hear(channel(priority_window_s=20), T0, text="Kai, what do you think?", addressed=("kai",))
     transition = rules.claim(state, persona, tier, T0 + 1, claim_id=new_id())
     if allowed:
@@ -677,14 +758,141 @@ def test_priority_ends_when_the_addressed_persona_speaks() -> None:
     speech(_consume(state, Tier.REMARK, T0 + 2))
 
 
-def test_a_release_keeps_the_addressed_personas_floor() -> None:
-    # A claim may be given back because the model failed or the process stopped: that is no answer.
+def test_a_first_release_keeps_the_addressed_personas_floor() -> None:
+    # A claim may be given back because the model failed or the process stopped: that is no answer, only a try.
     state = hear(channel(priority_window_s=20), T0, addressed=("kai",))
     state, held = hold(state, "kai", Tier.REMARK, T0 + 1)
     assert refusal(_consume(state, Tier.REMARK, T0 + 2)).reason is R.PRIORITY
     state = let_go(state, "kai", held.id, T0 + 3)
+    assert state.priority == Priority(frozenset({"kai"}), T0 + 20, 1, tried=frozenset({"kai"}))
     assert refusal(_consume(state, Tier.REMARK, T0 + 4)).reason is R.PRIORITY
+    assert refusal(_consume(state, Tier.AIZUCHI, T0 + 4)).reason is R.PRIORITY
     speech(_consume(state, Tier.REMARK, T0 + 20))  # until the window passes
+
+
+@dataclass(frozen=True)
+class FloorCase:
+    """Who a human addressed at T0, what they did next (one step a second), and whose floor is left."""
+
+    addressed: tuple[str, ...]
+    steps: tuple[tuple[str, str], ...]  # (persona, "pass" | "answer" | "nod" | "replace")
+    floor: frozenset[str] | None  # the personas who still have the floor; None when it is open
+    tried: frozenset[str] = frozenset()  # of those, the ones that passed once
+
+
+def _step(state: ChannelState, persona_id: str, action: str, now: float) -> ChannelState:
+    author = next(a for a in (HANA, KAI, MIO) if a.id == persona_id)
+    if action == "pass":  # a claim given back (replacing any claim the persona still holds)
+        return passed(state, persona_id, now)
+    if action == "replace":  # a claim, then another that replaces it: no pass
+        state, _ = hold(state, persona_id, Tier.AIZUCHI, now)
+        return hold(state, persona_id, Tier.REMARK, now + 0.5)[0]
+    tier = {"answer": Tier.REMARK, "nod": Tier.AIZUCHI}[action]
+    return say(state, author, tier, now, based_on_seq=state.last_seq)[0]
+
+
+KAI_PASS, KAI_ANSWER, MIO_PASS = ("kai", "pass"), ("kai", "answer"), ("mio", "pass")
+KAI_MIO = frozenset({"kai", "mio"})
+
+FLOORS = [
+    pytest.param(FloorCase(("kai",), (), frozenset({"kai"})), id="addressed"),
+    pytest.param(FloorCase(("kai",), (KAI_PASS,), frozenset({"kai"}), frozenset({"kai"})), id="first-pass-a-try"),
+    pytest.param(FloorCase(("kai",), (KAI_PASS, KAI_PASS), None), id="second-pass-gives-it-up"),
+    pytest.param(FloorCase(("kai",), (KAI_PASS, KAI_ANSWER), None), id="answer-after-a-try"),
+    pytest.param(FloorCase(("kai",), (KAI_ANSWER,), None), id="answered"),
+    # A nod answers nothing; a claim replaced by another is no pass.
+    pytest.param(FloorCase(("kai",), (("kai", "nod"), KAI_PASS), frozenset({"kai"}), frozenset({"kai"})), id="nod"),
+    pytest.param(
+        FloorCase(("kai",), (("kai", "replace"), KAI_PASS), frozenset({"kai"}), frozenset({"kai"})), id="replace"
+    ),
+    pytest.param(FloorCase(("kai", "mio"), (KAI_PASS,), KAI_MIO, frozenset({"kai"})), id="two-one-tried"),
+    pytest.param(FloorCase(("kai", "mio"), (KAI_PASS, MIO_PASS), KAI_MIO, KAI_MIO), id="two-both-tried"),
+    # One giving up leaves the other's floor, tries and all.
+    pytest.param(FloorCase(("kai", "mio"), (KAI_PASS, KAI_PASS), frozenset({"mio"})), id="two-one-gave-up"),
+    pytest.param(
+        FloorCase(("kai", "mio"), (MIO_PASS, KAI_PASS, KAI_PASS), frozenset({"mio"}), frozenset({"mio"})),
+        id="two-one-gave-up-after-the-other-tried",
+    ),
+    pytest.param(FloorCase(("kai", "mio"), (KAI_PASS, KAI_PASS, MIO_PASS, MIO_PASS), None), id="two-both-gave-up"),
+    pytest.param(FloorCase(("kai", "mio"), (KAI_PASS, KAI_PASS, ("mio", "answer")), None), id="two-one-answered"),
+]
+
+
+@pytest.mark.parametrize("case", FLOORS)
+def test_an_addressed_personas_pass_is_one_try(case: FloorCase) -> None:
+    state = hear(channel(capacity=1_000, priority_window_s=20), T0, addressed=case.addressed)
+    for offset, (persona_id, action) in enumerate(case.steps, start=1):
+        state = _step(state, persona_id, action, T0 + offset)
+    now = T0 + 10
+    if case.floor is None:
+        assert state.priority is None
+    else:
+        assert state.priority is not None
+        assert (state.priority.persona_ids, state.priority.tried & state.priority.persona_ids) == (
+            case.floor,
+            case.tried,
+        )
+    # Whoever is not on the floor waits, for every tier; whoever is may claim any (but a nod to a nod).
+    nodded = state.latest_is_nod
+    for persona_id in ("hana", "kai", "mio"):
+        for tier in Tier:
+            transition = rules.claim(state, persona_id, tier, now, claim_id=new_id())
+            if case.floor is None or persona_id in case.floor:
+                if nodded and tier is Tier.AIZUCHI:
+                    assert refusal(transition).reason is R.NODDED
+                else:
+                    assert isinstance(transition.outcome, ClaimGranted), (persona_id, tier, transition.outcome)
+            else:
+                assert (refusal(transition).reason, refusal(transition).retry_after) == (R.PRIORITY, 10.0)
+
+
+@pytest.mark.parametrize(
+    ("at", "addressed", "expected"),
+    [
+        # A message that asks nobody leaves the floor as it was (tries included).
+        (5.0, (), Priority(frozenset({"kai"}), T0 + 20, 1, frozenset({"kai"}))),
+        # Those asked join those still waiting to answer; the floor lasts a window from the latest question.
+        (5.0, ("mio",), Priority(frozenset({"kai", "mio"}), T0 + 25, 1, frozenset({"kai"}))),
+        (5.0, ("kai",), Priority(frozenset({"kai"}), T0 + 25, 1)),  # asked again: its tries back
+        # After the window, a new floor, or none.
+        (20.0, ("mio",), Priority(frozenset({"mio"}), T0 + 40, 3)),
+        (20.0, (), None),
+    ],
+    ids=["asks-nobody", "asks-another", "asks-again", "new-floor", "lapsed"],
+)
+def test_a_human_message_while_someone_has_the_floor(
+    at: float, addressed: tuple[str, ...], expected: Priority | None
+) -> None:
+    state = hear(channel(capacity=1_000, priority_window_s=20), T0, addressed=("kai",))  # seq 1
+    state = passed(state, "kai", T0 + 1)  # kai tried once
+    state = hear(state, T0 + 2, author=OTHER_BOT)  # seq 2
+    state = hear(state, T0 + at, addressed=addressed)  # seq 3
+    assert state.priority == expected
+
+
+def test_a_pass_by_a_persona_not_addressed_is_no_try() -> None:
+    state, held = hold(channel(priority_window_s=20), "hana", Tier.REMARK, T0)  # before the question
+    state = hear(state, T0 + 1, addressed=("kai",))
+    floor = state.priority
+    state = let_go(state, "hana", held.id, T0 + 2)
+    assert state.priority == floor == Priority(frozenset({"kai"}), T0 + 21, 1)
+
+
+def test_a_floor_past_its_window_no_longer_blocks(clock: FakeClock) -> None:
+    state = hear(channel(priority_window_s=20), clock(), addressed=("kai",))
+    clock.advance(1)
+    state = passed(state, "kai", clock())  # one try left
+    clock.advance(18.999)
+    for tier in Tier:
+        found = refusal(rules.claim(state, "hana", tier, clock(), claim_id=new_id()))
+        assert (found.reason, found.retry_after) == (R.PRIORITY, 0.001)
+    clock.advance(0.001)
+    floor = state.priority
+    state = passed(state, "kai", clock())  # a pass after the window is no try: nothing is left to give up
+    assert state.priority == floor
+    for tier in Tier:
+        assert isinstance(rules.claim(state, "hana", tier, clock(), claim_id=new_id()).outcome, ClaimGranted)
+    speech(_consume(state, Tier.AIZUCHI, clock()))
 
 
 @pytest.mark.parametrize(("based_on_seq", "answered"), [(None, True), (1, True), (0, False)])
@@ -698,10 +906,15 @@ def test_a_nod_from_the_addressed_persona_does_not_end_its_priority() -> None:
     # The nod may answer an earlier message; the floor stays with the persona until it really answers.
     state = hear(channel(priority_window_s=20), T0, addressed=("kai",))
     state = said(state, KAI, Tier.AIZUCHI, T0 + 1)
-    assert state.priority is not None
-    state, held = hold(state, "kai", Tier.AIZUCHI, T0 + 2)
-    state = let_go(state, "kai", held.id, T0 + 3)
-    assert refusal(_consume(state, Tier.REMARK, T0 + 4)).reason is R.PRIORITY
+    assert state.priority == Priority(frozenset({"kai"}), T0 + 20, 1)
+    assert refusal(_consume(state, Tier.REMARK, T0 + 2)).reason is R.PRIORITY
+    assert refusal(_consume(state, Tier.AIZUCHI, T0 + 2)).reason is R.PRIORITY  # the floor comes before the nod
+    speech(rules.speak(*_held_remark(state, "kai", T0 + 3), "my answer", T0 + 4))
+
+
+def _held_remark(state: ChannelState, persona_id: str, now: float) -> tuple[ChannelState, rules.Author, str]:
+    state, held = hold(state, persona_id, Tier.REMARK, now)
+    return state, next(a for a in (HANA, KAI, MIO) if a.id == persona_id), held.id
 
 
 def test_priority_with_several_addressed_ends_when_each_has_answered() -> None:
@@ -712,11 +925,18 @@ def test_priority_with_several_addressed_ends_when_each_has_answered() -> None:
     speech(_consume(state, Tier.REMARK, T0 + 3))
 
 
+@pytest.mark.parametrize("tier", [Tier.AIZUCHI, Tier.REMARK])
 @pytest.mark.parametrize(("after", "allowed"), [(19.999, False), (20.0, True), (25.0, True)])
-def test_priority_ends_when_the_window_passes(after: float, allowed: bool) -> None:
+@pytest.mark.parametrize("kai_tried", [False, True], ids=["untried", "tried"])
+def test_priority_ends_when_the_window_passes(tier: Tier, after: float, allowed: bool, kai_tried: bool) -> None:
     state = hear(channel(priority_window_s=20), T0, addressed=("kai",))
-    transition = _consume(state, Tier.REMARK, T0 + after)
-    assert isinstance(transition.outcome, rules.SpeechGranted) is allowed
+    if kai_tried:
+        state = _step(state, "kai", "pass", T0 + 1)
+    transition = _consume(state, tier, T0 + after)
+    if allowed:
+        speech(transition)
+    else:
+        assert refusal(transition).reason is R.PRIORITY
 
 
 def test_no_priority_when_the_window_is_zero() -> None:
@@ -738,7 +958,10 @@ def test_another_bot_addressing_a_persona_gives_no_priority() -> None:
         ((), "hana", Tier.REMARK, 2.999, 0.001),
         ((), "hana", Tier.REMARK, 3.0, None),
         (("kai",), "hana", Tier.REMARK, 2.5, 17.5),  # the floor is kai's for the whole window
+        (("kai",), "hana", Tier.AIZUCHI, 0.5, 19.5),  # and nobody else may even nod
+        (("kai",), "hana", Tier.AIZUCHI, 3.0, 17.0),
         (("kai",), "kai", Tier.REMARK, 0.5, None),  # addressed personas are not held back
+        (("kai",), "kai", Tier.AIZUCHI, 0.5, None),
     ],
 )
 def test_human_hold_makes_everyone_but_the_addressed_nod_only_briefly(
@@ -759,14 +982,303 @@ def test_human_hold_applies_after_a_message_that_addresses_no_one() -> None:
     speech(_consume(state, Tier.REMARK, T0 + 3))
 
 
+# --- one nod per message ---------------------------------------------------------------------------------
+
+NOD_AT = T0 + 10  # when hana asks to nod, after the steps below (each at T0 + 1 .. T0 + 5)
+
+
+def _asked() -> ChannelState:
+    return hear(channel(capacity=1_000, claim_ttl_s=30), T0)  # seq 1, a human message
+
+
+def _kai_claimed(tier: Tier, state: ChannelState | None = None) -> tuple[ChannelState, str]:
+    state, held = hold(state if state is not None else _asked(), "kai", tier, T0 + 1)
+    return state, held.id
+
+
+def _nod_retracted() -> ChannelState:
+    state, granted = say(_asked(), KAI, Tier.AIZUCHI, T0 + 1)
+    return rules.retract(state, "kai", granted.message, T0 + 2).state
+
+
+def _nod_deleted() -> ChannelState:
+    state, granted = say(_asked(), KAI, Tier.AIZUCHI, T0 + 1)
+    return rules.delete(state, granted.message).state
+
+
+def _older_nod_retracted() -> ChannelState:
+    state, granted = say(_asked(), KAI, Tier.AIZUCHI, T0 + 1)
+    state = said(hear(state, T0 + 2), MIO, Tier.AIZUCHI, T0 + 3)  # the latest message is still a nod
+    return rules.retract(state, "kai", granted.message, T0 + 4).state
+
+
+def _nod_claim_released() -> ChannelState:
+    state, claim_id = _kai_claimed(Tier.AIZUCHI)
+    return let_go(state, "kai", claim_id, T0 + 2)
+
+
+def _remark_spoken_as_a_nod() -> ChannelState:
+    state, claim_id = _kai_claimed(Tier.REMARK)
+    return rules.speak(state, KAI, claim_id, "うん", T0 + 2, tier=Tier.AIZUCHI).state
+
+
+def _nod_claim_spoken() -> ChannelState:
+    state, claim_id = _kai_claimed(Tier.AIZUCHI)
+    return rules.speak(state, KAI, claim_id, "うん", T0 + 2).state
+
+
+def _amount_bought_a_nod() -> ChannelState:
+    # consume(amount) buys the dearest tier the amount covers: 30 buys a nod, and that is a nod like any other.
+    return rules.consume(_asked(), KAI, "うん", T0 + 1, spend_id=new_id(), amount=30).state
+
+
+@dataclass(frozen=True)
+class NodCase:
+    build: Callable[[], ChannelState]
+    reason: RefusalReason | None  # None: hana may nod
+    retry_after: float | None = None
+
+
+NODS = [
+    pytest.param(NodCase(_asked, None), id="to-a-human-message"),
+    pytest.param(NodCase(lambda: said(_asked(), KAI, Tier.REMARK, T0 + 1), None), id="to-a-remark"),
+    pytest.param(NodCase(lambda: said(_asked(), KAI, Tier.AIZUCHI, T0 + 1), R.NODDED), id="to-a-nod"),
+    pytest.param(NodCase(lambda: said(_asked(), HANA, Tier.AIZUCHI, T0 + 1), R.NODDED), id="to-its-own-nod"),
+    pytest.param(NodCase(_remark_spoken_as_a_nod, R.NODDED), id="to-a-remark-claim-spoken-as-a-nod"),
+    pytest.param(NodCase(_amount_bought_a_nod, R.NODDED), id="to-a-nod-bought-by-amount"),
+    pytest.param(
+        NodCase(lambda: hear(said(_asked(), KAI, Tier.AIZUCHI, T0 + 1), T0 + 2), None), id="to-a-human-after-a-nod"
+    ),
+    pytest.param(
+        NodCase(lambda: hear(said(_asked(), KAI, Tier.AIZUCHI, T0 + 1), T0 + 2, author=OTHER_BOT), None),
+        id="to-another-bot-after-a-nod",
+    ),
+    # Another persona's nod on its way (a live aizuchi claim) or any other message on its way (a live claim
+    # of any tier: it would come first, and the nod would be about a message no longer the latest): refused until
+    # it is settled or lapses (at T0 + 31).
+    pytest.param(NodCase(lambda: _kai_claimed(Tier.AIZUCHI)[0], R.NODDED, 21.0), id="nod-on-its-way"),
+    pytest.param(NodCase(lambda: _kai_claimed(Tier.REMARK)[0], R.NODDED, 21.0), id="remark-on-its-way"),
+    pytest.param(NodCase(lambda: _kai_claimed(Tier.LONG)[0], R.NODDED, 21.0), id="long-on-its-way"),
+    pytest.param(NodCase(_nod_claim_released, None), id="nod-claim-released"),
+    pytest.param(
+        NodCase(lambda: _kai_claimed(Tier.AIZUCHI, with_settings(_asked(), claim_ttl_s=5))[0], None),
+        id="nod-claim-lapsed",
+    ),
+    pytest.param(NodCase(_nod_claim_spoken, R.NODDED), id="nod-claim-spoken"),
+    pytest.param(NodCase(lambda: hear(_nod_claim_spoken(), T0 + 3), None), id="nod-claim-spoken-then-a-human"),
+    pytest.param(NodCase(lambda: hold(_asked(), "hana", Tier.AIZUCHI, T0 + 1)[0], None), id="own-nod-claim"),
+    # Taking the latest nod back, or the platform deleting it, reopens the latest message to a nod.
+    pytest.param(NodCase(_nod_retracted, None), id="nod-retracted"),
+    pytest.param(NodCase(_nod_deleted, None), id="nod-deleted"),
+    pytest.param(NodCase(_older_nod_retracted, R.NODDED), id="older-nod-retracted"),
+    pytest.param(
+        NodCase(lambda: rules.clear_history(said(_asked(), KAI, Tier.AIZUCHI, T0 + 1), T0 + 2).state, None),
+        id="history-cleared",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", NODS)
+def test_one_nod_per_message(case: NodCase) -> None:
+    state = case.build()
+    nods = [
+        rules.claim(state, "hana", Tier.AIZUCHI, NOD_AT, claim_id=new_id()),
+        _consume(state, Tier.AIZUCHI, NOD_AT),
+        rules.consume(state, HANA, "うん", NOD_AT, spend_id=new_id(), amount=30),
+    ]
+    for transition in nods:
+        if case.reason is None:
+            assert isinstance(transition.outcome, ClaimGranted | rules.SpeechGranted), transition.outcome
+        else:
+            assert (refusal(transition).reason, refusal(transition).retry_after) == (case.reason, case.retry_after)
+            assert transition.state is state
+    # Only nods are limited: a remark is welcome after a nod.
+    speech(_consume(state, Tier.REMARK, NOD_AT))
+
+
+@dataclass(frozen=True)
+class SpokenAsNodCase:
+    """hana holds a remark claim (made at T0 + 4, based on seq 1); then something happens, and hana speaks its
+    claim as ``tier`` at T0 + 6. With ``kai_first``, kai claimed a nod at T0 + 0.5, before hana's claim."""
+
+    meanwhile: Callable[[ChannelState], ChannelState]
+    tier: Tier
+    based_on_seq: int | None
+    reason: RefusalReason | None  # None: granted
+    kai_first: bool = False
+
+
+def _nothing(state: ChannelState) -> ChannelState:
+    return state
+
+
+def _kai_speaks_its_nod(state: ChannelState) -> ChannelState:
+    held = state.claim_of("kai", T0 + 5)
+    assert held is not None
+    return rules.speak(state, KAI, held.id, "うん", T0 + 5).state
+
+
+def _a_human_speaks(state: ChannelState) -> ChannelState:
+    return hear(state, T0 + 5)  # seq 2
+
+
+SPOKEN_AS_NOD = [
+    pytest.param(SpokenAsNodCase(_nothing, Tier.AIZUCHI, 1, None), id="nod"),
+    pytest.param(SpokenAsNodCase(_kai_speaks_its_nod, Tier.AIZUCHI, None, R.NODDED, kai_first=True), id="to-a-nod"),
+    pytest.param(
+        SpokenAsNodCase(_kai_speaks_its_nod, Tier.REMARK, None, None, kai_first=True), id="remark-after-a-nod"
+    ),
+    # A claim already granted is checked against the history only: kai's nod, claimed first but not yet spoken,
+    # does not hold hana's back (whichever is spoken first is the nod; the other then finds a nod).
+    pytest.param(SpokenAsNodCase(_nothing, Tier.AIZUCHI, None, None, kai_first=True), id="nod-while-one-is-held"),
+    # A nod has no tolerance; a remark keeps stale_tolerance (1).
+    pytest.param(SpokenAsNodCase(_a_human_speaks, Tier.AIZUCHI, 1, R.STALE), id="stale-nod"),
+    pytest.param(SpokenAsNodCase(_a_human_speaks, Tier.AIZUCHI, 2, None), id="fresh-nod"),
+    pytest.param(SpokenAsNodCase(_a_human_speaks, Tier.REMARK, 1, None), id="remark-within-tolerance"),
+]
+
+
+@pytest.mark.parametrize("case", SPOKEN_AS_NOD)
+def test_a_claim_spoken_as_a_nod_is_checked_against_the_nod_rule(case: SpokenAsNodCase) -> None:
+    state = _asked()
+    if case.kai_first:
+        state, _ = hold(state, "kai", Tier.AIZUCHI, T0 + 0.5)
+    # After the nod's moment to go first: a remark claimed sooner would wait.
+    assert T0 + 4 >= T0 + 0.5 + rules.NOD_FIRST_S
+    state, held = hold(state, "hana", Tier.REMARK, T0 + 4, based_on_seq=1)
+    state = case.meanwhile(state)
+    transition = rules.speak(state, HANA, held.id, "うん", T0 + 6, tier=case.tier, based_on_seq=case.based_on_seq)
+    if case.reason is None:
+        assert speech(transition).message.tier is case.tier
+        # The latest message is a nod exactly when the claim was spoken as one.
+        assert transition.state.latest_is_nod is (case.tier is Tier.AIZUCHI)
+        if case.kai_first and case.tier is Tier.AIZUCHI:  # kai's nod comes too late now
+            kai = transition.state.claim_of("kai", T0 + 7)
+            assert kai is not None
+            assert refusal(rules.speak(transition.state, KAI, kai.id, "うん", T0 + 7)).reason is R.NODDED
+    else:
+        assert refusal(transition).reason is case.reason
+        # The claim survives: hana may still speak it as a remark.
+        assert transition.state.claim_of("hana", T0 + 6) == held
+        speech(rules.speak(state, HANA, held.id, "I see what you mean.", T0 + 6, based_on_seq=state.last_seq))
+
+
+def _kai_nodding_since_t0(**settings: Any) -> ChannelState:
+    return hold(hear(channel(**settings), T0), "kai", Tier.AIZUCHI, T0)[0]
+
+
+def _kai_nodding_hana_asked() -> ChannelState:
+    # kai claimed its nod before the question to hana came.
+    state, _ = hold(hear(channel(), T0 - 1), "kai", Tier.AIZUCHI, T0 - 0.5)
+    return hear(state, T0, addressed=("hana",))
+
+
+def _kai_nodded_at_once() -> ChannelState:
+    state = _kai_nodding_since_t0()
+    held = state.claim_of("kai", T0)
+    assert held is not None
+    return rules.speak(state, KAI, held.id, "うん", T0 + 0.5).state
+
+
+def _kai_passed_at_once() -> ChannelState:
+    state = _kai_nodding_since_t0()
+    held = state.claim_of("kai", T0)
+    assert held is not None
+    return let_go(state, "kai", held.id, T0 + 0.5)
+
+
+@pytest.mark.parametrize(
+    ("build", "persona", "at", "retry_after"),
+    [
+        (_kai_nodding_since_t0, "hana", 0.0, rules.NOD_FIRST_S),
+        (_kai_nodding_since_t0, "hana", rules.NOD_FIRST_S - 0.5, 0.5),
+        (_kai_nodding_since_t0, "hana", rules.NOD_FIRST_S, None),  # kai's nod is late now, no longer first
+        (_kai_nodding_since_t0, "kai", 0.5, None),  # its own nod does not hold a persona back
+        (lambda: _kai_nodding_since_t0(claim_ttl_s=1), "hana", 1.0, None),  # lapsed
+        (_kai_passed_at_once, "hana", 1.0, None),
+        (_kai_nodded_at_once, "hana", 1.0, None),
+        (_kai_nodding_hana_asked, "hana", 0.5, None),  # an answer does not wait for a nod to the question
+    ],
+    ids=["at-once", "a-moment-later", "after-nod-first-s", "own", "lapsed", "released", "spoken", "addressed"],
+)
+def test_a_remark_waits_a_moment_for_a_nod_claimed_just_before(
+    build: Callable[[], ChannelState], persona: str, at: float, retry_after: float | None
+) -> None:
+    """``retry_after`` None means a remark (claimed, or consumed in one step) is granted."""
+    state = build()
+    for tier in (Tier.REMARK, Tier.LONG):
+        transitions = [
+            rules.claim(state, persona, tier, T0 + at, claim_id=new_id()),
+            rules.consume(
+                state, next(a for a in (HANA, KAI) if a.id == persona), "ok", T0 + at, spend_id=new_id(), tier=tier
+            ),
+        ]
+        for transition in transitions:
+            if retry_after is None:
+                assert isinstance(transition.outcome, ClaimGranted | rules.SpeechGranted), transition.outcome
+            else:
+                assert (refusal(transition).reason, refusal(transition).retry_after) == (R.NODDED, retry_after)
+
+
+@pytest.mark.parametrize(
+    ("tier", "based_on_seq", "stale"),
+    [
+        (Tier.AIZUCHI, 1, True),  # one message since: a nod would nod at the wrong thing
+        (Tier.AIZUCHI, 2, False),
+        (Tier.REMARK, 1, False),  # within stale_tolerance (1)
+        (Tier.LONG, 1, False),
+        (Tier.AIZUCHI, None, False),
+    ],
+)
+def test_a_nod_claimed_on_an_older_seq_is_stale_where_a_remark_is_not(
+    tier: Tier, based_on_seq: int | None, stale: bool
+) -> None:
+    state = hear(hear(channel(stale_tolerance=1), T0), T0 + 1)  # seqs 1 and 2
+    transition = rules.claim(state, "hana", tier, T0 + 2, claim_id=new_id(), based_on_seq=based_on_seq)
+    if stale:
+        assert (refusal(transition).reason, refusal(transition).retry_after) == (R.STALE, 0.0)
+    else:
+        assert isinstance(transition.outcome, ClaimGranted)
+
+
+def test_what_is_still_in_the_history_decides_whether_the_latest_message_is_a_nod() -> None:
+    state, first = say(_asked(), KAI, Tier.AIZUCHI, T0 + 1)
+    assert state.latest_is_nod and state.last_seq == 2
+    state = hear(state, T0 + 2)
+    assert not state.latest_is_nod  # a nod, but no longer the latest message
+    state, second = say(state, MIO, Tier.AIZUCHI, T0 + 3)
+    assert state.latest_is_nod and state.said_after(2) == 2
+    assert rules.retract(state, "kai", first.message, T0 + 4).state.latest_is_nod  # not the latest nod
+    # The latest nod taken back: the message before it (a person's) is the latest again, nods are for it...
+    without = rules.retract(state, "mio", second.message, T0 + 4).state
+    assert not without.latest_is_nod and without.said_after(3) == 0
+    assert not rules.delete(state, second.message).state.latest_is_nod
+    assert rules.delete(state, first.message).state.latest_is_nod
+    assert rules.clear_history(state, T0 + 4).state.recent_said == ()
+
+
+def test_taking_back_the_latest_message_makes_the_one_before_it_the_latest_again() -> None:
+    state, _ = say(_asked(), KAI, Tier.AIZUCHI, T0 + 1)  # seq 2, a nod to the person's message
+    state, remark = say(state, MIO, Tier.REMARK, T0 + 2)  # seq 3
+    state = rules.delete(state, remark.message).state
+
+    # A nod now would be a nod to kai's nod; and a nod written against seq 2 is not stale.
+    assert refusal(_consume(state, Tier.AIZUCHI, T0 + 3)).reason is R.NODDED
+    assert state.said_after(2) == 0
+
+
 # --- staleness --------------------------------------------------------------------------------------------
 
 
 def _after(seq_1_then: tuple[str, ...]) -> ChannelState:
-    """seq 1 is a human message; then 'human', 'aizuchi', 'remark' or 'long' messages follow."""
+    """seq 1 is a human message; then 'human', 'bot' (another bot's), 'aizuchi', 'remark' or 'long' messages
+    follow."""
     state = hear(channel(capacity=1_000), T0)
     for index, kind in enumerate(seq_1_then, start=1):
-        state = hear(state, T0 + index) if kind == "human" else said(state, KAI, Tier(kind), T0 + index)
+        if kind in {"human", "bot"}:
+            state = hear(state, T0 + index, author=HUMAN if kind == "human" else OTHER_BOT)
+        else:
+            state = said(state, KAI, Tier(kind), T0 + index)
     return state
 
 
@@ -778,13 +1290,22 @@ def _after(seq_1_then: tuple[str, ...]) -> ChannelState:
         (1, ("human", "human"), Tier.REMARK, True),
         (1, ("human", "remark"), Tier.LONG, True),
         (1, ("remark", "long"), Tier.REMARK, True),
-        (1, ("aizuchi", "aizuchi", "aizuchi"), Tier.REMARK, False),  # nods do not move the conversation
-        (1, ("human", "aizuchi", "aizuchi"), Tier.REMARK, False),
+        # Nods (and other bots' messages) do not move the conversation.
+        (1, ("aizuchi", "bot", "aizuchi", "bot", "aizuchi"), Tier.REMARK, False),
+        (1, ("human", "aizuchi", "bot", "aizuchi"), Tier.REMARK, False),
+        (1, ("aizuchi", "human", "aizuchi", "remark", "aizuchi"), Tier.REMARK, True),
         (0, ("human",), Tier.REMARK, True),
         (0, ("aizuchi",), Tier.REMARK, False),
         (2, ("human", "remark"), Tier.REMARK, False),
         (2, ("human", "remark", "human"), Tier.REMARK, True),
-        (0, ("human", "human", "human"), Tier.AIZUCHI, False),  # a nod is never stale
+        # A nod is for the latest message, whatever the tolerance: anything said after its seq makes it stale.
+        (0, (), Tier.AIZUCHI, False),
+        (5, (), Tier.AIZUCHI, False),
+        (0, ("human",), Tier.AIZUCHI, True),
+        (5, ("human",), Tier.AIZUCHI, True),
+        (5, ("remark",), Tier.AIZUCHI, True),
+        (5, ("bot",), Tier.AIZUCHI, True),
+        (5, ("aizuchi", "bot"), Tier.AIZUCHI, True),
     ],
 )
 def test_stale_counts_newer_substantive_messages(
@@ -1016,11 +1537,13 @@ def test_a_retracted_message_cannot_be_linked() -> None:
 
 
 def test_clear_history_forgets_the_conversation_but_not_the_sequence() -> None:
-    state = hear(channel(capacity=200, idle_cap=2, priority_window_s=20), T0, addressed=("kai",))
+    state = hear(channel(capacity=200, idle_cap=3, priority_window_s=20), T0, addressed=("kai",))
     state = said(state, KAI, Tier.REMARK, T0 + 1)
-    state = said(state, MIO, Tier.REMARK, T0 + 1)
+    state = said(state, MIO, Tier.AIZUCHI, T0 + 1)  # the latest message is a nod
+    assert refusal(_consume(state, Tier.AIZUCHI, T0 + 2)).reason is R.NODDED
     cleared = rules.clear_history(state, T0 + 2).state
     assert (cleared.bot_streak, cleared.priority, cleared.recent_substantive) == (0, None, ())
+    assert cleared.recent_said == ()
     assert cleared.last_seq == 3
     assert cleared.history_since == T0 + 2  # a catch-up after a restart reads nothing said before
     state, granted = say(cleared, HANA, Tier.AIZUCHI, T0 + 2, based_on_seq=3)

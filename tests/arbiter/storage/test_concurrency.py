@@ -2,7 +2,9 @@
 in one arbiter and across several arbiters (in process and as real processes) on one PostgreSQL database.
 
 The clock is frozen (or, for real processes, refunds are an hour away), so nothing is refunded during a test:
-every granted cost stays spent, and the pool's accounts can be checked exactly.
+every granted cost stays spent, and the pool's accounts can be checked exactly. The grants can then be put back
+in the order they were made (each left a lower level than the one before), and every nod granted or refused
+checked against the rule that gives each message one nod at most.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import pytest
 
+from arbiter.core.rules import NOD_FIRST_S
 from tests.support.arbiters import Api, arbiter_process, crowd, serve
 
 if TYPE_CHECKING:
@@ -64,12 +67,15 @@ class Outcome:
 
 def workload(seed: int) -> list[Request]:
     """200 requests in a seeded random order: each persona claims once (a second claim would replace the first
-    and refund it) and consumes three times, in random tiers."""
+    and refund it) and consumes three times, in random tiers. The claims are for remarks and long turns, so that
+    the pool is what refuses most: a nod's claim would hold every other turn back for a moment (NOD_FIRST_S),
+    and the clock is frozen. (The nods asked for are mostly refused anyway: nobody nods while another persona
+    holds a claim, and nothing settles one here.)"""
     rng = random.Random(seed)
     tiers = list(COSTS)
     requests: list[Request] = []
     for persona in PERSONAS:
-        requests.append(Request("claim", persona, rng.choice(tiers)))
+        requests.append(Request("claim", persona, rng.choice(["remark", "long"])))
         requests += [Request("consume", persona, rng.choice(tiers), f"{persona} #{n}") for n in range(3)]
     rng.shuffle(requests)
     return requests
@@ -86,7 +92,15 @@ async def fire(apis: list[Api], requests: list[Request]) -> list[Outcome]:
     return await asyncio.gather(*(send(api, r) for api, r in zip(itertools.cycle(apis), requests, strict=False)))
 
 
-def check_no_overdraw(capacity: int, outcomes: list[Outcome], history: list[Any], status: dict[str, Any]) -> None:
+def check_no_overdraw(
+    capacity: int,
+    outcomes: list[Outcome],
+    history: list[Any],
+    status: dict[str, Any],
+    *,
+    claim_ttl_s: float = 30.0,
+    frozen: bool = True,
+) -> None:
     """The invariants of one burst of consumes and claims with nothing refunded meanwhile."""
     granted = [o for o in outcomes if o.body["granted"]]
     refused = [o for o in outcomes if not o.body["granted"]]
@@ -95,10 +109,11 @@ def check_no_overdraw(capacity: int, outcomes: list[Outcome], history: list[Any]
         assert outcome.cost == COSTS[outcome.request.tier], outcome
     spent = sum(o.cost for o in granted)
     assert spent <= capacity
-    # Refusals come from the pool alone, and only when it really was short.
+    # Refusals come from the pool, only when it really was short, or from the nod rules (checked below).
     for outcome in refused:
-        assert outcome.body["reason"] == "insufficient", outcome
-        assert outcome.body["level"] < COSTS[outcome.request.tier], outcome
+        assert outcome.body["reason"] in {"insufficient", "nodded"}, outcome
+        if outcome.body["reason"] == "insufficient":
+            assert outcome.body["level"] < COSTS[outcome.request.tier], outcome
 
     # Each grant reports the level it left. Taken in that order they must account for every cost exactly once:
     # a lost update (two grants spending from the same level) would show up as a repeated or skipped level.
@@ -121,6 +136,62 @@ def check_no_overdraw(capacity: int, outcomes: list[Outcome], history: list[Any]
         assert message == outcome.body["message"]
     levels = [o.body["level"] for o in consumes]
     assert levels == sorted(levels, reverse=True) and len(set(levels)) == len(levels)
+    check_one_nod_per_message(capacity, outcomes, history, claim_ttl_s=claim_ttl_s, frozen=frozen)
+
+
+def check_one_nod_per_message(
+    capacity: int, outcomes: list[Outcome], history: list[Any], *, claim_ttl_s: float, frozen: bool
+) -> None:
+    """Replays the grants in the order they were made and checks every nod, granted or refused, against the rules:
+    no nod to a nod, and none while another persona holds a claim (its message is on its way; no claim is settled
+    in these bursts); and no other turn for a moment (NOD_FIRST_S) after another persona claimed a nod. A refusal
+    was decided on the state left by the grant whose level it reports. ``frozen``: every request was answered at
+    one moment of the clock (else, in real time, a refusal does not say when it was made); a grant does say it:
+    a message its time, a claim its expiry, ``claim_ttl_s`` after it was granted."""
+    assert not any(a["tier"] == b["tier"] == "aizuchi" for a, b in itertools.pairwise(history)), history
+    assert any(o.request.tier == "aizuchi" for o in outcomes)
+    latest_is_a_nod, holding, nods_claimed = False, frozenset[str](), ()
+    # level -> (the latest message is a nod, who holds a claim, (persona, when) of each nod claimed)
+    at_level: dict[int, tuple[bool, frozenset[str], tuple[tuple[str, float], ...]]] = {
+        capacity: (latest_is_a_nod, holding, nods_claimed)
+    }
+
+    def may_nod(persona: str, level: int) -> bool:
+        latest, holders, _ = at_level[level]
+        return not latest and not holders - {persona}
+
+    def nods_claimed_by_others(persona: str, level: int) -> list[float]:
+        return [when for who, when in at_level[level][2] if who != persona]
+
+    for outcome in sorted((o for o in outcomes if o.body["granted"]), key=lambda o: -o.body["level"]):
+        request, before = outcome.request, outcome.body["level"] + outcome.cost
+        if request.kind == "claim":
+            when = outcome.body["claim"]["expires_at"] - claim_ttl_s
+        else:
+            when = outcome.body["message"]["at"]
+        if request.tier == "aizuchi":
+            assert may_nod(request.persona, before), outcome
+        else:
+            assert all(when >= nod + NOD_FIRST_S for nod in nods_claimed_by_others(request.persona, before)), outcome
+        if request.kind == "claim":
+            holding |= {request.persona}
+            if request.tier == "aizuchi":
+                nods_claimed = (*nods_claimed, (request.persona, when))
+        else:
+            latest_is_a_nod = request.tier == "aizuchi"
+        at_level[outcome.body["level"]] = (latest_is_a_nod, holding, nods_claimed)
+    for outcome in outcomes:
+        if outcome.body["granted"]:
+            continue
+        request, level, reason = outcome.request, outcome.body["level"], outcome.body["reason"]
+        if request.tier == "aizuchi":
+            # "nodded" exactly when the rule says so (it is checked before the pool).
+            assert (reason == "nodded") is not may_nod(request.persona, level), outcome
+        elif reason == "nodded":
+            assert nods_claimed_by_others(request.persona, level), outcome
+            assert 0 < outcome.body["retry_after"] <= NOD_FIRST_S, outcome
+        elif frozen:
+            assert not nods_claimed_by_others(request.persona, level), outcome
 
 
 async def read_back(api: Api) -> tuple[list[Any], dict[str, Any]]:
@@ -167,7 +238,7 @@ async def test_two_arbiter_processes_on_one_postgres_never_overdraw(postgres_url
     assert history == history_b
     # The two processes read the clock at slightly different moments; everything else must agree.
     assert {**status, "now": 0} == {**status_b, "now": 0}
-    check_no_overdraw(CAPACITY, outcomes, history, status)
+    check_no_overdraw(CAPACITY, outcomes, history, status, claim_ttl_s=600, frozen=False)
 
 
 # --- speaking on claims -----------------------------------------------------------------------------------
@@ -207,7 +278,14 @@ async def settle(api: Api, plan: Settle) -> list[tuple[int, Any]]:
 
 async def test_concurrent_speaks_and_releases_settle_each_claim_once(database_url: str, clock: FakeClock) -> None:
     rng = random.Random(4)
-    claim_tiers = {persona: rng.choice(list(COSTS)) for persona in HOLDERS}
+    ways = ["speak", "cheaper", "release", "speak+release", "speak+speak"]
+    # Remarks and long turns: a nod's claim is refused while another persona holds a claim (all of them race
+    # here), and a claim spoken as a nod may find the latest message a nod. Speaking cheaper is a long turn
+    # spoken as a remark, so that every plan's outcome is known.
+    claim_tiers = {
+        persona: "long" if ways[i % len(ways)] == "cheaper" else rng.choice(["remark", "long"])
+        for i, persona in enumerate(HOLDERS)
+    }
     # Room for every claim plus a little: the rivals' consumes compete for what speaking cheaper and
     # releasing give back.
     capacity = sum(COSTS[tier] for tier in claim_tiers.values()) + 100
@@ -218,7 +296,6 @@ async def test_concurrent_speaks_and_releases_settle_each_claim_once(database_ur
         assert all(c["granted"] for c in claims)
         assert min(c["level"] for c in claims) == 100
 
-        ways = ["speak", "cheaper", "release", "speak+release", "speak+speak"]
         plans = [
             Settle(p, c["claim"], ways[i % len(ways)]) for i, (p, c) in enumerate(zip(HOLDERS, claims, strict=True))
         ]
@@ -259,8 +336,12 @@ async def test_concurrent_speaks_and_releases_settle_each_claim_once(database_ur
         if outcome.body["granted"]:
             message = outcome.body["message"]
             spoken[message["seq"]] = (outcome.request.persona, outcome.request.text, message["cost"])
+        elif outcome.request.tier == "aizuchi" and outcome.body["reason"] == "nodded":
+            # The rivals' nods wait while a holder is about to speak, and never follow a nod.
+            assert outcome.body["detail"], outcome
         else:
             assert outcome.body["reason"] == "insufficient", outcome
+    assert not any(a["tier"] == b["tier"] == "aizuchi" for a, b in itertools.pairwise(history)), history
 
     assert [m["seq"] for m in history] == list(range(1, len(spoken) + 1))
     assert {m["seq"]: (m["author_id"], m["text"], m["cost"]) for m in history} == spoken

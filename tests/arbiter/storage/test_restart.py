@@ -76,14 +76,15 @@ async def converse(api: Api, clock: FakeClock) -> tuple[str, list[tuple[float, i
     clock.value = t0 + 4
     await api.say(CHANNEL, "bob", "sounds good to me", platform_message_id="d-2")
 
+    # The nod before the claim: while another persona holds a claim, its message is on its way.
     clock.value = t0 + 4.5
+    assert (await api.consume(CHANNEL, "kai", "aizuchi", "yeah!"))["granted"]
+
+    clock.value = t0 + 5
     held = await api.claim(CHANNEL, "hana", "long")
     assert held["granted"], held
 
-    clock.value = t0 + 5
-    assert (await api.consume(CHANNEL, "kai", "aizuchi", "yeah!"))["granted"]
-
-    refunds = [(t0 + 1 + 6, 5), (t0 + 2 + 7, 60), (t0 + 5 + 6, 5), (t0 + 4.5 + 20, 80)]
+    refunds = [(t0 + 1 + 6, 5), (t0 + 2 + 7, 60), (t0 + 4.5 + 6, 5), (t0 + 5 + 20, 80)]
     return held["claim"]["claim_id"], refunds
 
 
@@ -138,18 +139,48 @@ async def test_restart_keeps_history_settings_level_and_refunds(database_url: st
     assert after["settings"] == before["settings"]
 
 
+async def test_restart_keeps_the_floors_tries_and_the_latest_nod(database_url: str, clock: FakeClock) -> None:
+    """``Priority.tried`` (kept in the priority's JSON) and ``recent_said`` (a column) survive a restart: after
+    it, kai's next pass is its second, and the latest message is still a nod."""
+    async with serve(database_url, clock=clock) as served:
+        api = served.api
+        await api.create_channel(CHANNEL)
+        await api.say(CHANNEL, "alice", "kai, ramen or soba?", mentions=["kai"])
+        first = await api.claim(CHANNEL, "kai", "remark")
+        await api.release(CHANNEL, "kai", first["claim"]["claim_id"])  # one try: the floor stays kai's
+        assert (await api.consume(CHANNEL, "kai", "aizuchi", "hmm..."))["granted"]  # a nod answers nothing
+        before = await snapshot(api)
+    assert before["status"]["priority"] == ["kai"]
+
+    async with serve(database_url, clock=clock) as served:
+        api = served.api
+        assert await snapshot(api) == before
+        assert (await api.claim(CHANNEL, "hana", "aizuchi"))["reason"] == "priority"
+        assert (await api.consume(CHANNEL, "kai", "aizuchi", "hm."))["reason"] == "nodded"  # a nod to a nod
+        second = await api.claim(CHANNEL, "kai", "remark")
+        await api.release(CHANNEL, "kai", second["claim"]["claim_id"])  # the second try gives the floor up
+        assert (await api.status(CHANNEL))["priority"] == []
+        assert (await api.claim(CHANNEL, "hana", "aizuchi"))["reason"] == "nodded"  # kai's nod is still the latest
+        assert (await api.claim(CHANNEL, "hana", "remark"))["granted"]
+
+
 # --- a real process, killed ------------------------------------------------------------------------------
 
 
 async def test_sigkill_loses_nothing_acknowledged(tmp_path: Path) -> None:
     database_url = f"sqlite:///{tmp_path / 'arbiter.db'}"
     # Real time: refunds an hour away and claims that last ten minutes keep the pool still during the test.
+    # Remarks as cheap as nods: the personas chatter in remarks (a nod to a nod would be refused), two hundred of
+    # them before the pool runs dry.
     settings = {
         **SETTINGS,
         "capacity": 1_000,
         "claim_ttl_s": 600.0,
         "idle_cap": 1_000,
-        "tiers": {tier: {**rule, "recovery_s": 3_600.0} for tier, rule in SETTINGS["tiers"].items()},
+        "tiers": {
+            tier: {**rule, "recovery_s": 3_600.0, **({"cost": 5} if tier == "remark" else {})}
+            for tier, rule in SETTINGS["tiers"].items()
+        },
     }
     acknowledged: list[dict[str, Any]] = []
     async with arbiter_process(database_url, tmp_path, name="doomed") as doomed, aiohttp.ClientSession() as session:
@@ -168,7 +199,7 @@ async def test_sigkill_loses_nothing_acknowledged(tmp_path: Path) -> None:
 
         async def chatter(persona: str) -> None:
             for n in range(1_000):
-                answer = await api.consume(CHANNEL, persona, "aizuchi", f"{persona} nods #{n}")
+                answer = await api.consume(CHANNEL, persona, "remark", f"{persona} remarks #{n}")
                 acknowledged.append(answer)
                 if len(acknowledged) >= 30:
                     enough.set()
