@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from bots.platforms.base import Platform
     from bots.settings import BotsSettings
 
-__all__ = ("Cast", "Fleet", "cast_personas", "open_fleet")
+__all__ = ("Cast", "Fleet", "cast_personas", "offline_notice", "open_fleet")
 
 _log = logging.getLogger(__name__)
 
@@ -88,6 +88,20 @@ def cast_personas(settings: BotsSettings, env: Mapping[str, str], only: list[str
     return Cast(personas, chosen)
 
 
+def offline_notice(cast: Cast) -> str | None:
+    """What to tell a person when some personas run on the offline stand-in: that they do, and how to switch on
+    a real model. None when every persona has a real one."""
+    offline = [p.display_name for p in cast.personas if cast.profiles[p.id].provider == "scripted"]
+    if not offline:
+        return None
+    who = offline[0] if len(offline) == 1 else f"{', '.join(offline[:-1])} and {offline[-1]}"
+    verb = "is an offline stand-in" if len(offline) == 1 else "are offline stand-ins"
+    return (
+        f"{who} {verb}: lines from the persona files, no language model. For a real one, put "
+        "AIZUCHI_PROFILE=anthropic and ANTHROPIC_API_KEY=... (or openai and OPENAI_API_KEY) in .env and start again."
+    )
+
+
 @contextlib.asynccontextmanager
 async def open_fleet(
     settings: BotsSettings,
@@ -106,9 +120,7 @@ async def open_fleet(
     try:
         for index, persona in enumerate(cast.personas):
             profile = cast.profiles[persona.id]
-            provider = create_provider(
-                profile, env, aizuchi=persona.samples.aizuchi, remarks=persona.samples.remarks, seed=index
-            )
+            provider = create_provider(profile, env, persona=persona, seed=index)
             kind = ToolLoopRuntime if settings.mode == "tool-loop" else PersonaRuntime
             runtime = kind(
                 persona,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from aizuchi.errors import FleetError, FleetStopped, SetupError
-from aizuchi.fleet import Cast, cast_personas, open_fleet
+from aizuchi.fleet import Cast, cast_personas, offline_notice, open_fleet
 from aizuchi.logs import acting_as
 from arbiter.core.errors import StorageError
 from arbiter.server import open_arbiter, serving
@@ -279,10 +279,11 @@ async def run_room(settings: ArbiterSettings, bots: BotsSettings, env: Mapping[s
     cast = cast_personas(bots, env)
     configured = {pid: token.get_secret_value() for pid, token in settings.persona_tokens.items()}
     tokens, generated = _tokens(cast.personas, configured, may_generate=True)
+    notice = offline_notice(cast)
     async with contextlib.AsyncExitStack() as stack:
         arbiter = await _open(stack, settings, extra_personas=generated)
         joiner = _Joiner()
-        add_room(arbiter.app, on_open=joiner)
+        add_room(arbiter.app, on_open=joiner, notice=notice)
         url = await _listen(stack, arbiter.app, settings)
         session = await stack.enter_async_context(aiohttp.ClientSession())
         fleet = await stack.enter_async_context(
@@ -303,6 +304,9 @@ async def run_room(settings: ArbiterSettings, bots: BotsSettings, env: Mapping[s
         joiner.attach(fleet)
         names = ", ".join(p.display_name for p in cast.personas)
         _say(f"aizuchi local room: open {url}/room/lobby  (personas: {names}; Ctrl-C stops)")
+        # After the setup, so that a setup mistake is still the one line on stderr.
+        if notice is not None:
+            _log.info("%s", notice)
         await asyncio.Event().wait()
 
 
@@ -328,6 +332,8 @@ async def run_all(
         bot = await stack.enter_async_context(_arbiter_bot(arbiter, settings))
         url = await _listen(stack, arbiter.app, settings)
         _say(f"arbiter listening on {url}; the fleet is on Discord (Ctrl-C stops)")
+        if (notice := offline_notice(cast)) is not None:
+            _log.info("%s", notice)
         personas = asyncio.create_task(
             _discord_personas(bots, cast, env=env, tokens=tokens, discord_tokens=discord_tokens, arbiter_url=url)
         )

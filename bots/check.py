@@ -14,10 +14,22 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
 
-__all__ = ("CheckReport", "check_personas")
+__all__ = ("DEFAULT_LENGTHS", "CheckReport", "check_personas", "sample_length")
 
-# The arbiter's default tier lengths; a channel may change them, so longer samples are warnings, not errors.
-DEFAULT_LENGTHS = {"aizuchi": 24, "remarks": 120}
+# The arbiter's default tier lengths, by the tier each sample set is spoken in; a channel may change them, so
+# longer samples are warnings, not errors.
+DEFAULT_LENGTHS = {
+    "aizuchi": 24,
+    "remarks": 120,
+    "greetings": 120,
+    "farewells": 120,
+    "thanks": 120,
+    "answers": 120,
+    "questions": 120,
+    "echoes": 120,
+}
+# What a placeholder stands for, as long as a typical name or word: lines are measured with it filled in.
+PLACEHOLDER_COLUMNS = 8
 
 
 @dataclass
@@ -53,9 +65,11 @@ def check_personas(directory: Path, profiles_file: Path | None, env: Mapping[str
             report.errors.append(f"{path}: provider: no profile named {persona.provider!r} (known: {known})")
         for kind, limit in DEFAULT_LENGTHS.items():
             for index, line in enumerate(getattr(persona.samples, kind)):
-                if display_length(line) > limit:
+                columns = sample_length(line)
+                if columns > limit:
+                    filled = " with its placeholders filled" if columns != display_length(line) else ""
                     report.warnings.append(
-                        f"{path}: samples.{kind}[{index}]: {display_length(line)} columns, over the default {limit}"
+                        f"{path}: samples.{kind}[{index}]: {columns} columns{filled}, over the default {limit}"
                         " (the scripted provider will not use it unless a channel allows more)"
                     )
     _check_unique(report, "display name", [p.display_name.casefold() for p in report.personas])
@@ -66,6 +80,13 @@ def check_personas(directory: Path, profiles_file: Path | None, env: Mapping[str
     if shared:
         report.errors.append(f"names shared by several personas (addressing would be ambiguous): {', '.join(shared)}")
     return report
+
+
+def sample_length(line: str) -> int:
+    """A sample line's display columns, each placeholder ({name}, {word}) counted as a typical name or word."""
+    bare = line.replace("{name}", "").replace("{word}", "")
+    placeholders = line.count("{name}") + line.count("{word}")
+    return display_length(bare) + PLACEHOLDER_COLUMNS * placeholders
 
 
 def _check_unique(report: CheckReport, what: str, values: list[str]) -> None:

@@ -7,10 +7,12 @@ that holds its Discord token and the provider profile it uses.
 from __future__ import annotations
 
 import logging
+import re
 import tomllib
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -25,6 +27,7 @@ from arbiter.contract import Id
 from bots.errors import BotError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
 __all__ = ("BigFive", "Persona", "PersonaError", "Samples", "load_persona", "load_personas")
@@ -71,11 +74,52 @@ class BigFive(BaseModel):
         return ", ".join(f"{name} {level(getattr(self, name))}" for name in type(self).model_fields)
 
 
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+
+
+def _placeholders(*allowed: str, required: str | None = None) -> Callable[[str], str]:
+    """A check that a sample line holds only the ``allowed`` placeholders ({name}: whom the persona answers;
+    {word}: a word of what they said), and ``required``. A line with a placeholder is used only when it is known."""
+
+    def check(line: str) -> str:
+        for name in _PLACEHOLDER.findall(line):
+            if name not in allowed:
+                hint = (
+                    f"a line here may hold {' and '.join(f'{{{a}}}' for a in allowed)}"
+                    if allowed
+                    else "lines here hold no placeholder"
+                )
+                raise ValueError(f"unknown placeholder {{{name}}}; {hint}")
+        if required is not None and f"{{{required}}}" not in line:
+            raise ValueError(f"has no {{{required}}}: the line is built on it")
+        return line
+
+    return check
+
+
+PlainLine = Annotated[Line, AfterValidator(_placeholders())]
+NamedLine = Annotated[Line, AfterValidator(_placeholders("name"))]
+WordedLine = Annotated[Line, AfterValidator(_placeholders("name", "word"))]
+EchoLine = Annotated[Line, AfterValidator(_placeholders("name", "word", required="word"))]
+
+
 class Samples(BaseModel):
+    """The persona's voice. The prompt shows a few nods and remarks as examples of how it sounds; the scripted
+    provider speaks all of them, each set where it fits. Only ``aizuchi`` and ``remarks`` are required: a set
+    left out falls back to the scripted provider's generic lines in the persona's language."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    aizuchi: list[Line] = Field(min_length=3, description="short nods in the persona's voice")
-    remarks: list[Line] = Field(min_length=3, description="typical remarks in the persona's voice")
+    aizuchi: list[PlainLine] = Field(min_length=3, description="short nods in the persona's voice")
+    remarks: list[PlainLine] = Field(min_length=3, description="typical remarks in the persona's voice")
+    greetings: list[NamedLine] = Field(default_factory=list, description="hellos")
+    farewells: list[NamedLine] = Field(default_factory=list, description="goodbyes")
+    thanks: list[NamedLine] = Field(default_factory=list, description="answers to thanks")
+    answers: list[WordedLine] = Field(
+        default_factory=list, description="answers to a question put to it, that fit without knowing the question"
+    )
+    questions: list[NamedLine] = Field(default_factory=list, description="questions it asks everyone")
+    echoes: list[EchoLine] = Field(default_factory=list, description="reactions built on a word of the message")
 
 
 class Persona(BaseModel):

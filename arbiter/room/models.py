@@ -41,3 +41,4 @@ class RoomSnapshot(BaseModel):
     personas: list[PersonaInfoView] = Field(description="every persona, with its display name and colour")
     history: list[MessageView] = Field(description="the most recent messages, oldest first")
     last_seq: int = Field(description="pass as ?after= to the event stream: it replays what came after the history")
+    notice: str | None = Field(None, description="what the page says above the conversation, if anything")

@@ -82,6 +82,7 @@ def human_id(name: str) -> str:
 class _Rooms:
     on_open: Callable[[str], Awaitable[None]] | None
     page: str
+    notice: str | None = None
     opened: set[str] = field(default_factory=set)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
 
@@ -199,6 +200,7 @@ async def _snapshot(request: web.Request) -> web.Response:
         history=history,
         # The stream replays from the last message shown, so one recorded meanwhile is not missed.
         last_seq=history[-1].seq if history else 0,
+        notice=request.app[_ROOMS].notice,
     )
     return _json(snapshot)
 
@@ -239,13 +241,19 @@ async def _no_cache(request: web.Request, response: web.StreamResponse) -> None:
             )
 
 
-def add_room(app: web.Application, *, on_open: Callable[[str], Awaitable[None]] | None = None) -> None:
+def add_room(
+    app: web.Application,
+    *,
+    on_open: Callable[[str], Awaitable[None]] | None = None,
+    notice: str | None = None,
+) -> None:
     """Add the local room to the arbiter's app (before it starts; it uses ``app[SERVICE]`` and ``app[HUB]``).
 
     The room has no authentication: only add it when the arbiter listens on a loopback address.
     ``on_open(channel_id)`` is awaited when a room's channel is first opened, e.g. to have the personas join.
+    ``notice`` is shown above the conversation (e.g. that the personas are offline stand-ins).
     """
-    app[_ROOMS] = _Rooms(on_open, (STATIC / "index.html").read_text(encoding="utf-8"))
+    app[_ROOMS] = _Rooms(on_open, (STATIC / "index.html").read_text(encoding="utf-8"), notice)
     router = app.router
     router.add_get("/", _home)
     router.add_get("/room", _home)

@@ -32,7 +32,7 @@ from bots.llm.base import (
     Usage,
 )
 from bots.llm.profiles import BUILTIN_PROFILES, ProfileError, ProviderProfile, create_provider, load_profiles
-from bots.llm.scripted import ScriptedProvider
+from bots.llm.scripted import ScriptedProvider, estimate_prompt_tokens, estimate_tokens
 
 __all__ = (
     "ACTIONS",
@@ -63,5 +63,7 @@ __all__ = (
     "Turn",
     "Usage",
     "create_provider",
+    "estimate_prompt_tokens",
+    "estimate_tokens",
     "load_profiles",
 )

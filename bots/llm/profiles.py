@@ -20,8 +20,10 @@ from bots.errors import BotError
 from bots.llm.base import ChatProvider, LLMAuthError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Mapping
     from pathlib import Path
+
+    from bots.persona import Persona
 
 __all__ = (
     "BUILTIN_PROFILES",
@@ -152,11 +154,11 @@ def create_provider(
     profile: ProviderProfile,
     env: Mapping[str, str],
     *,
-    aizuchi: Sequence[str] = (),
-    remarks: Sequence[str] = (),
+    persona: Persona | None = None,
     seed: int = 0,
 ) -> ChatProvider:
-    """Build the profile's provider. ``aizuchi``/``remarks``/``seed`` feed the scripted provider.
+    """Build the profile's provider. The scripted provider speaks ``persona``'s sample lines in its language
+    (generic English lines without one), deterministically for ``seed``; the others ignore both.
 
     Raises LLMAuthError naming the variable when the profile's key variable is unset or empty.
     """
@@ -164,7 +166,9 @@ def create_provider(
     if profile.provider == "scripted":
         from bots.llm.scripted import ScriptedProvider  # noqa: PLC0415
 
-        return ScriptedProvider(aizuchi, remarks, seed=seed, latency_s=profile.latency_s)
+        if persona is None:
+            return ScriptedProvider(seed=seed, latency_s=profile.latency_s)
+        return ScriptedProvider.for_persona(persona, seed=seed, latency_s=profile.latency_s)
     api_key = required_key(profile, env)
     if profile.provider == "anthropic":
         from bots.llm.anthropic_chat import AnthropicChat  # noqa: PLC0415

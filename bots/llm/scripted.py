@@ -1,27 +1,40 @@
-"""The scripted provider: offline, deterministic for a seed, built from a persona's sample lines.
+"""The scripted provider: offline, deterministic for a seed, speaking a persona's sample lines where they fit.
 
-It stands in for an LLM in the local room, in demos and in tests, so it aims for a conversation with rhythm:
-mostly nods and remarks, a long remark now and then when allowed, a pass now and then. It never repeats one of
-its own recent lines or a line present in the turns it was shown, and reports token counts estimated from
-text length, so budgets and benchmarks see plausible numbers.
+It stands in for an LLM in the local room, in demos and in tests, so it listens the way a model would: it reads
+the prompt (:mod:`bots.prompt`'s transcript: the message it would reply to, or the question it was asked, quoted)
+and answers what kind of message that is (:mod:`bots.kinds`): a greeting with a greeting, thanks with a you're
+welcome, a goodbye with a goodbye, a question put to it with an answer (simple arithmetic with the number), a
+statement with a remark, a question for everyone, or a line built on a word of the message ("Sourdough? ...").
+The lines come from the persona file's sets (``samples``), then from small generic sets in its language.
+
+It never says one of its own last ``recent_window`` lines again (nor the same echo template), nor a line
+present in the turns it was shown. Its requests cost nothing: every usage it reports is zero tokens, so it
+never spends a channel's daily token budget. :func:`estimate_prompt_tokens` says what a request's prompt
+would cost a real model.
 
 :meth:`ScriptedProvider.complete` also plays the reference design's tool loop: offered ``history``, ``status``
 and ``consume`` tools, it calls them in that order (one per call, as a model following the reference's
-instructions would), picks a tier the level in the ``status`` result affords and a line that fits it, and then
-answers with plain text and no tool call, which ends the loop.
+instructions would), picks a tier the level in the ``status`` result affords and a line that fits it and the
+latest message of the ``history`` result, and then answers with plain text and no tool call, which ends the
+loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import random
+import re
 import unicodedata
 from collections import deque
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
 
 from arbiter.contract import display_length
+from bots.kinds import Kind, message_kind
 from bots.llm.base import (
     ACTIONS,
     DECIDE_TOOL,
@@ -38,12 +51,43 @@ from bots.llm.base import (
     ToolSpec,
     Turn,
     Usage,
+    decision_tool,
 )
+from bots.text import repeats
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
-__all__ = ("DEFAULT_AIZUCHI", "DEFAULT_REMARKS", "ScriptedProvider")
+    from bots.persona import Persona
+
+__all__ = (
+    "DEFAULT_AIZUCHI",
+    "DEFAULT_REMARKS",
+    "GENERIC",
+    "Lines",
+    "ScriptedProvider",
+    "estimate_prompt_tokens",
+    "estimate_tokens",
+)
+
+Language = Literal["en", "ja"]
+
+
+@dataclass(frozen=True, slots=True)
+class Lines:
+    """What a persona can say, by set (as in the persona file's ``samples``). ``{name}`` in a line stands for
+    whom it answers, ``{word}`` for a word of their message; a line with one is used only when it is known."""
+
+    aizuchi: tuple[str, ...] = ()
+    remarks: tuple[str, ...] = ()
+    greetings: tuple[str, ...] = ()
+    farewells: tuple[str, ...] = ()
+    thanks: tuple[str, ...] = ()
+    answers: tuple[str, ...] = ()
+    questions: tuple[str, ...] = ()
+    echoes: tuple[str, ...] = ()
+    numbers: tuple[str, ...] = ()  # answers to arithmetic: {n} is the result
+
 
 DEFAULT_AIZUCHI: tuple[str, ...] = (
     "I see.",
@@ -66,6 +110,117 @@ DEFAULT_REMARKS: tuple[str, ...] = (
     "Maybe the simplest answer is the right one here.",
 )
 
+# The fallback for every set a persona leaves out or has used up, in its language: plain, voice-neutral lines.
+GENERIC: dict[str, Lines] = {
+    "en": Lines(
+        aizuchi=(*DEFAULT_AIZUCHI, "Uh-huh.", "Oh!", "Hm, okay.", "Got it.", "Interesting.", "Go on.", "Huh."),
+        remarks=DEFAULT_REMARKS,
+        greetings=(
+            "Hi {name}!",
+            "Hey {name}, good to see you.",
+            "Hello! Nice to have you here.",
+            "Hey there!",
+            "Hi! How's your day going?",
+            "Oh hey, welcome in!",
+        ),
+        farewells=("Bye {name}, take care!", "See you later!", "Good night!", "Take care!", "Catch you next time."),
+        thanks=(
+            "You're welcome!",
+            "Anytime.",
+            "Happy to help.",
+            "No problem at all.",
+            "Glad it helped.",
+            "Sure thing!",
+        ),
+        answers=(
+            "Good question. Honestly, I'm not sure yet.",
+            "Hm, I'd have to think about that one.",
+            "Short answer: it depends.",
+            "I don't know, but I'd like to find out.",
+            "Honestly? A bit of both.",
+            "Let me think... probably yes.",
+        ),
+        questions=(
+            "What's everyone up to today?",
+            "Has anyone tried something new lately?",
+            "Anyone else have a take on this?",
+            "What would you do differently?",
+            "How did that start, anyway?",
+        ),
+        echoes=(
+            "{word}? Tell me more.",
+            "Oh, {word}! How did that go?",
+            "Wait, {word}? Go on.",
+            "I like the sound of {word}.",
+            "So, {word}. What's the best part?",
+            "{word}, huh. I didn't see that coming.",
+        ),
+        numbers=("{n}.", "That's {n}.", "It's {n}.", "{n}, if I counted right.", "{n}, I think.", "Easy one: {n}."),
+    ),
+    "ja": Lines(
+        aizuchi=(
+            "なるほど。",
+            "へえ。",
+            "うんうん。",
+            "たしかに。",
+            "そうなんだ。",
+            "ほんとに?",
+            "いいね。",
+            "ふむふむ。",
+            "そっかあ。",
+            "おお。",
+            "ほう。",
+            "なるほどね。",
+            "わあ。",
+            "うん。",
+            "へえー。",
+            "そうなのね。",
+        ),
+        remarks=(
+            "それ、ちょっと気になりますね。",
+            "そういう考え方もあるんですね。",
+            "なんだか試してみたくなりました。",
+            "思ったより奥が深そうですね。",
+            "前にも似た話を聞いたことがあります。",
+            "いちばん単純な答えが正解かもしれません。",
+        ),
+        greetings=(
+            "{name}さん、こんにちは!",
+            "やあ、{name}さん!",
+            "こんにちは!",
+            "どうも、こんにちは。",
+            "いらっしゃい!",
+            "こんにちは、今日はどうですか?",
+        ),
+        farewells=("{name}さん、またね!", "またね!", "おやすみなさい!", "お疲れさまでした。", "またお話ししましょう。"),
+        thanks=("どういたしまして!", "いえいえ!", "お役に立ててよかったです。", "気にしないで!", "こちらこそ!"),
+        answers=(
+            "いい質問ですね。うーん、まだはっきりとは言えないかな。",
+            "ちょっと考えさせてください。",
+            "場合によるかな。",
+            "正直、よくわからないんです。でも気になります。",
+            "たぶん、そうだと思います。",
+            "両方ありかな、と思います。",
+        ),
+        questions=(
+            "みんなは最近どう?",
+            "ほかの人はどう思う?",
+            "最近なにか新しいこと始めた?",
+            "みんなならどうする?",
+            "それって、どうやって始まったの?",
+        ),
+        echoes=(
+            "{word}?もっと聞かせて!",
+            "{word}、いいですね。",
+            "えっ、{word}?それで?",
+            "{word}かあ、気になる。",
+            "{word}の話、面白いですね。",
+            "{word}って、どんな感じ?",
+        ),
+        numbers=("{n}です。", "{n}だよ。", "答えは{n}。", "{n}、かな。", "{n}ですね。", "えっと、{n}!"),
+    ),
+}
+
 # How often each move comes up before the mood adjustments below: mostly nods and remarks. A pass is rare:
 # the runtime only asks after it has decided to take a turn and claimed the tier, as a model would mostly
 # speak when asked at that point.
@@ -80,7 +235,7 @@ _AFTER: dict[str, dict[str, float]] = {
 # The reference design's tiers, for a status result that does not list its own.
 _REFERENCE_COSTS: dict[str, int] = {"aizuchi": 5, "remark": 60, "long": 80}
 _MAX_CONSUMES = 2
-_DECISION_OVERHEAD_TOKENS = 8
+_RECENT_WINDOW = 30
 
 
 class _Tier(NamedTuple):
@@ -88,66 +243,140 @@ class _Tier(NamedTuple):
     max_length: int | None
 
 
-class ScriptedProvider(ChatProvider):
-    """Sample lines in, a lively-enough conversation out; no network.
+class _Cue(NamedTuple):
+    """What the provider replies to, as read from the prompt."""
 
-    ``recent_window`` is how many of its own latest lines it will not say again. ``latency_s`` pauses each
-    call (jittered by a quarter either way) so a demo does not answer instantly; a request's ``time_left_s``
-    bounds it as it bounds a real call (LLMTimeout when the pause would not fit).
+    text: str = ""  # the message ("" when none could be read)
+    speaker: str | None = None
+    addressed: bool = False  # asked or told directly
+    kind: Kind = Kind.STATEMENT
+    word: str | None = None  # a content word of the message
+    result: str | None = None  # the answer to its arithmetic
+
+
+class _Line(NamedTuple):
+    text: str
+    template: str | None = None  # the line it was built from, when it had a placeholder
+
+
+@dataclass(frozen=True, slots=True)
+class _Said:
+    """What the turns shown already hold: the lines' keys, and the lines themselves (to spot a template)."""
+
+    keys: frozenset[str]
+    lines: tuple[str, ...]
+
+
+class ScriptedProvider(ChatProvider):
+    """A persona's lines in, a conversation that answers what was said out; no network.
+
+    ``aizuchi`` and ``remarks`` (and the optional per-kind sets) are the persona's lines; ``language`` ("en" or
+    "ja", guessed from the lines when None) picks the generic sets it falls back on. ``recent_window`` is how
+    many of its own latest lines it will not say again. ``latency_s`` pauses each call (jittered by a quarter
+    either way) so a demo does not answer instantly; a request's ``time_left_s`` bounds it as it bounds a real
+    call (LLMTimeout when the pause would not fit). ``speaker`` is who it is in a tool loop's ``consume``.
     """
 
     def __init__(
         self,
-        aizuchi: Sequence[str],
-        remarks: Sequence[str],
+        aizuchi: Sequence[str] = (),
+        remarks: Sequence[str] = (),
         *,
         seed: int,
+        language: Language | None = None,
+        greetings: Sequence[str] = (),
+        farewells: Sequence[str] = (),
+        thanks: Sequence[str] = (),
+        answers: Sequence[str] = (),
+        questions: Sequence[str] = (),
+        echoes: Sequence[str] = (),
         latency_s: float = 0.0,
-        recent_window: int = 6,
+        recent_window: int = _RECENT_WINDOW,
         speaker: str = "scripted",
     ) -> None:
         self.name = "scripted"
-        self.aizuchi = _clean(aizuchi) or DEFAULT_AIZUCHI
-        self.remarks = _clean(remarks) or DEFAULT_REMARKS
+        own = (*aizuchi, *remarks)
+        self.language: Language = language or ("ja" if any(_wide(char) for line in own for char in line) else "en")
+        generic = GENERIC[self.language]
+        self.lines = Lines(
+            aizuchi=_clean(aizuchi) or generic.aizuchi,
+            remarks=_clean(remarks) or generic.remarks,
+            greetings=_clean(greetings),
+            farewells=_clean(farewells),
+            thanks=_clean(thanks),
+            answers=_clean(answers),
+            questions=_clean(questions),
+            echoes=_clean(echoes),
+        )
+        self.generic = generic
         self.latency_s = latency_s
         self.speaker = speaker
         self._rng = random.Random(seed)
         # Latency draws come from their own generator, so the lines do not depend on whether a demo pauses.
         self._latency_rng = random.Random(seed ^ 0x5EED)
-        self._recent: deque[str] = deque(maxlen=max(1, recent_window))
+        # One entry per line said: its keys (and its template's), so a long remark counts as one line; and the
+        # lines themselves, to keep clear of near repeats too.
+        self._recent: deque[frozenset[str]] = deque(maxlen=max(1, recent_window))
+        self._recent_texts: deque[str] = deque(maxlen=max(1, recent_window))
         self._last_action: str | None = None
         self._calls = 0
 
+    @classmethod
+    def for_persona(
+        cls, persona: Persona, *, seed: int, latency_s: float = 0.0, recent_window: int = _RECENT_WINDOW
+    ) -> ScriptedProvider:
+        """The provider speaking ``persona``'s sample lines, in its language."""
+        samples = persona.samples
+        return cls(
+            samples.aizuchi,
+            samples.remarks,
+            seed=seed,
+            language=persona.language,
+            greetings=samples.greetings,
+            farewells=samples.farewells,
+            thanks=samples.thanks,
+            answers=samples.answers,
+            questions=samples.questions,
+            echoes=samples.echoes,
+            latency_s=latency_s,
+            recent_window=recent_window,
+            speaker=persona.id,
+        )
+
+    @property
+    def aizuchi(self) -> tuple[str, ...]:
+        return self.lines.aizuchi
+
+    @property
+    def remarks(self) -> tuple[str, ...]:
+        return self.lines.remarks
+
     def __repr__(self) -> str:
-        return f"ScriptedProvider(aizuchi={len(self.aizuchi)}, remarks={len(self.remarks)})"
+        return f"ScriptedProvider({self.language}, aizuchi={len(self.aizuchi)}, remarks={len(self.remarks)})"
 
     # --- the interface --------------------------------------------------------------------------------
 
     async def decide(self, request: DecisionRequest) -> DecisionResult:
         await self._pause(request.time_left_s)
-        decision = self._choose(request.actions, request.max_lengths, _spoken(request.turns))
-        usage = Usage(
-            _prompt_tokens(request.system, request.turns, ()),
-            _tokens(decision.text) + _DECISION_OVERHEAD_TOKENS,
-        )
-        return DecisionResult(decision, usage)
+        cue = _read_cue(request.system, request.turns)
+        decision = self._choose(request.actions, request.max_lengths, _spoken(request.turns), cue)
+        return DecisionResult(decision, Usage(0, 0))
 
     async def complete(self, request: CompletionRequest) -> Completion:
         await self._pause(request.time_left_s)
-        prompt = _prompt_tokens(request.system, request.turns, request.tools)
         tools = {tool.name: tool for tool in request.tools}
         forced = None if request.tool_choice in ("auto", "required", "none") else request.tool_choice
         if not tools or request.tool_choice == "none":
-            return self._text(prompt, self._line_for_text(request.turns))
+            return self._text(self._line_for_text(request.system, request.turns))
         if forced == DECIDE_TOOL or (forced is None and set(tools) == {DECIDE_TOOL}):
-            return self._decide_call(prompt, tools[DECIDE_TOOL], request.turns)
+            return self._decide_call(tools[DECIDE_TOOL], request.system, request.turns)
         if forced is not None and forced not in ("history", "status", "consume"):
-            return self._call(prompt, forced, {})
-        return self._tool_loop_step(prompt, tools, request.turns)
+            return self._call(forced, {})
+        return self._tool_loop_step(tools, request.turns)
 
     # --- choosing -------------------------------------------------------------------------------------
 
-    def _choose(self, actions: Iterable[str], max_lengths: Mapping[str, int], exclude: set[str]) -> Decision:
+    def _choose(self, actions: Iterable[str], max_lengths: Mapping[str, int], said: _Said, cue: _Cue) -> Decision:
         weights = {action: _WEIGHTS[action] for action in actions}
         # The largest move offered is what the caller made room for (the runtime claims before it asks): take
         # it most of the time, as a model would.
@@ -157,66 +386,171 @@ class ScriptedProvider(ChatProvider):
         for action, factor in _AFTER.get(self._last_action or "", {}).items():
             if action in weights:
                 weights[action] *= factor
+        must_speak = "pass" not in weights  # a pass was not offered: it has to say something
+        used = frozenset().union(*self._recent)
         while weights:
             action = self._rng.choices(list(weights), weights=list(weights.values()))[0]
             if action == "pass":
                 break
-            parts = self._pick(action, max_lengths.get(action), exclude)
+            parts = self._pick(action, max_lengths.get(action), said, used, cue)
             if parts is not None:
-                self._recent.extend(_key(part) for part in parts)
-                self._last_action = action
-                return Decision(cast("Action", action), _join(parts))
+                return self._said(action, parts)
             # Nothing fresh fits this tier: try the others before falling silent.
             del weights[action]
+        if must_speak and largest is not None:
+            # Better a line said before than no answer at all: the freshest that fits, else the shortest nod.
+            nothing = _Said(frozenset(), ())
+            parts = self._pick(largest, max_lengths.get(largest), nothing, frozenset(), cue, relaxed=True)
+            return self._said(largest, parts or (_Line(min(self.lines.aizuchi, key=display_length)),))
         self._last_action = "pass"
         return Decision("pass")
 
-    def _pick(self, action: str, limit: int | None, exclude: set[str]) -> tuple[str, ...] | None:
-        def fresh(parts: tuple[str, ...]) -> bool:
-            keys = [_key(part) for part in parts]
+    def _said(self, action: str, parts: tuple[_Line, ...]) -> Decision:
+        text = _join(tuple(part.text for part in parts))
+        self._recent.append(frozenset(key for part in parts for key in _keys(part)))
+        self._recent_texts.append(text)
+        self._last_action = action
+        return Decision(cast("Action", action), text)
+
+    def _pick(
+        self, action: str, limit: int | None, said: _Said, used: frozenset[str], cue: _Cue, *, relaxed: bool = False
+    ) -> tuple[_Line, ...] | None:
+        def fresh(line: _Line) -> bool:
             return (
-                not any(key in self._recent or key in exclude for key in keys)
-                and _key(_join(parts)) not in exclude
-                and (limit is None or display_length(_join(parts)) <= limit)
+                not any(key in used or key in said.keys for key in _keys(line))
+                and (line.template is None or not _template_in(line.template, said.lines))
+                and (limit is None or display_length(line.text) <= limit)
             )
 
-        usable: list[tuple[str, ...]] = []
-        if action == "long":
-            # A long remark is two remarks run together; a single one will do when no pair fits.
-            usable = [(a, b) for a in self.remarks for b in self.remarks if a != b and fresh((a, b))]
-        if not usable:
-            lines = self.aizuchi if action == "aizuchi" else self.remarks
-            usable = [(line,) for line in lines if fresh((line,))]
-        return self._rng.choice(usable) if usable else None
+        def first_fresh(pools: list[list[_Line]]) -> list[_Line]:
+            for pool in pools:
+                usable = [line for line in dict.fromkeys(pool) if fresh(line)]
+                if usable:
+                    return usable
+            return []
 
-    def _line_for_text(self, turns: tuple[Turn, ...]) -> str:
-        decision = self._choose(("aizuchi", "remark"), {}, _spoken(turns))
+        earlier = [] if relaxed else [*self._recent_texts, *said.lines]
+
+        def choose(candidates: list[tuple[_Line, ...]]) -> tuple[_Line, ...] | None:
+            # At random; but not what says nearly the same as a line said lately (as the runtime would judge).
+            while candidates:
+                parts = self._rng.choice(candidates)
+                if not repeats(_join(tuple(part.text for part in parts)), earlier):
+                    return parts
+                candidates = [other for other in candidates if other != parts]
+            return None
+
+        if action == "aizuchi":
+            return choose([(line,) for line in first_fresh(self._nod_pools(cue))])
+        firsts = first_fresh(self._remark_pools(cue))
+        if action == "long" and firsts:
+            # A long remark is a line and a follow-up run together; the line alone will do when no pair fits.
+            follows = first_fresh(self._follow_pools(cue))
+            pairs: list[tuple[_Line, ...]] = [
+                (a, b)
+                for a in firsts
+                for b in follows
+                if _key(a.text) != _key(b.text)
+                and (a.template is None or a.template != b.template)
+                and (limit is None or display_length(_join((a.text, b.text))) <= limit)
+            ]
+            chosen = choose(pairs)
+            if chosen is not None:
+                return chosen
+        return choose([(line,) for line in firsts])
+
+    # Where each move's lines come from, best first: the first pool with a fresh line that fits is used.
+
+    def _nod_pools(self, cue: _Cue) -> list[list[_Line]]:
+        own, generic = self.lines, self.generic
+        pools: list[list[_Line]] = []
+        if cue.result is not None:
+            pools.append(self._filled(generic.numbers, cue))  # a number is as short as a nod
+        kind_sets = {Kind.GREETING: "greetings", Kind.FAREWELL: "farewells", Kind.THANKS: "thanks"}
+        if cue.kind in kind_sets:
+            name = kind_sets[cue.kind]
+            pools += [self._filled(getattr(own, name), cue), self._filled(getattr(generic, name), cue)]
+        return [*pools, self._filled(own.aizuchi, cue), self._filled(generic.aizuchi, cue)]
+
+    def _remark_pools(self, cue: _Cue) -> list[list[_Line]]:
+        own, generic = self.lines, self.generic
+        pools: list[list[_Line]] = []
+        if cue.result is not None:
+            pools.append(self._filled(generic.numbers, cue))
+        if cue.kind is Kind.GREETING:
+            pools += [self._filled(own.greetings, cue), self._filled(generic.greetings, cue)]
+        elif cue.kind is Kind.FAREWELL:
+            pools += [self._filled(own.farewells, cue), self._filled(generic.farewells, cue)]
+        elif cue.kind is Kind.THANKS:
+            pools += [self._filled(own.thanks, cue), self._filled(generic.thanks, cue)]
+        elif cue.kind is Kind.QUESTION and cue.addressed:
+            pools += [self._filled(own.answers, cue), self._filled(generic.answers, cue)]
+        elif cue.kind is Kind.QUESTION:
+            pools += [
+                self._filled(own.answers + own.echoes, cue),
+                self._filled(generic.answers + generic.echoes, cue),
+            ]
+        return [
+            *pools,
+            self._filled(own.remarks + own.echoes + own.questions, cue),
+            self._filled(generic.echoes + generic.questions, cue),
+            self._filled(generic.remarks, cue),
+        ]
+
+    def _follow_pools(self, cue: _Cue) -> list[list[_Line]]:
+        """What a long remark adds after its first line."""
+        own, generic = self.lines, self.generic
+        if cue.kind in (Kind.FAREWELL, Kind.THANKS):
+            return []  # a goodbye or a you're-welcome needs nothing after it
+        if cue.kind is Kind.GREETING:
+            return [self._filled(own.questions + own.remarks, cue), self._filled(generic.questions, cue)]
+        return [self._filled(own.remarks, cue), self._filled(own.questions, cue), self._filled(generic.remarks, cue)]
+
+    def _filled(self, lines: Iterable[str], cue: _Cue) -> list[_Line]:
+        """The lines with their placeholders filled from the cue; those whose placeholder is unknown left out."""
+        values = {"name": cue.speaker, "word": cue.word, "n": cue.result}
+        filled: list[_Line] = []
+        for line in lines:
+            names = _PLACEHOLDER.findall(line)
+            if not names:
+                filled.append(_Line(line))
+                continue
+            if any(values.get(name) is None for name in names):
+                continue
+            text = _PLACEHOLDER.sub(lambda match: str(values[match.group(1)]), line)
+            if line.startswith("{word}") and text[:1].isascii():
+                text = text[:1].upper() + text[1:]
+            filled.append(_Line(text, line))
+        return filled
+
+    def _line_for_text(self, system: str, turns: tuple[Turn, ...]) -> str:
+        decision = self._choose(("aizuchi", "remark"), {}, _spoken(turns), _read_cue(system, turns))
         return decision.text
 
     # --- answers --------------------------------------------------------------------------------------
 
-    def _decide_call(self, prompt: int, tool: ToolSpec, turns: tuple[Turn, ...]) -> Completion:
+    def _decide_call(self, tool: ToolSpec, system: str, turns: tuple[Turn, ...]) -> Completion:
         enum = tool.parameters.get("properties", {}).get("action", {}).get("enum", ACTIONS)
         actions = tuple(action for action in ACTIONS if action in enum)
-        decision = self._choose(actions, {}, _spoken(turns))
-        return self._call(prompt, DECIDE_TOOL, {"action": decision.action, "text": decision.text})
+        decision = self._choose(actions, {}, _spoken(turns), _read_cue(system, turns))
+        return self._call(DECIDE_TOOL, {"action": decision.action, "text": decision.text})
 
-    def _tool_loop_step(self, prompt: int, tools: dict[str, ToolSpec], turns: tuple[Turn, ...]) -> Completion:
+    def _tool_loop_step(self, tools: dict[str, ToolSpec], turns: tuple[Turn, ...]) -> Completion:
         calls, results = _loop_so_far(turns)
         called = [call.name for call in calls]
         for step in ("history", "status"):
             if step in tools and step not in called:
-                return self._call(prompt, step, {})
+                return self._call(step, {})
         consumes = [call for call in calls if call.name == "consume"]
         last = consumes[-1] if consumes else None
         if last is not None and _granted(results.get(last.id)):
-            return self._text(prompt, _spoken_text(last.arguments))
+            return self._text(_spoken_text(last.arguments))
         if "consume" in tools and len(consumes) < _MAX_CONSUMES:
             arguments = self._consume_arguments(tools["consume"], calls, results, turns, last)
             if arguments is not None:
-                return self._call(prompt, "consume", arguments)
+                return self._call("consume", arguments)
         self._last_action = "pass"
-        return self._text(prompt, "(pass)")
+        return self._text("(pass)")
 
     def _consume_arguments(
         self,
@@ -238,9 +572,11 @@ class ScriptedProvider(ChatProvider):
             ceiling = _refused_cost(refused.arguments, tiers)
             tiers = {name: tier for name, tier in tiers.items() if tier.cost < ceiling}
         affordable = [name for name in ("aizuchi", "remark", "long") if name in tiers and tiers[name].cost <= level]
-        exclude = _spoken(turns) | _history_texts(calls, results)
+        history = _history_messages(calls, results)
+        spoken = _spoken(turns)
+        said = _Said(spoken.keys | {_key(m.text) for m in history}, spoken.lines + tuple(m.text for m in history))
         lengths = {name: tier.max_length for name, tier in tiers.items() if tier.max_length is not None}
-        decision = self._choose(("pass", *affordable), lengths, exclude)
+        decision = self._choose(("pass", *affordable), lengths, said, self._history_cue(history))
         if decision.action == "pass":
             return None
         # Fill in the consume tool's own parameter names: ours (text, tier) or the reference's (message, amount).
@@ -255,14 +591,20 @@ class ScriptedProvider(ChatProvider):
             arguments["from"] = self.speaker
         return arguments
 
-    def _call(self, prompt: int, name: str, arguments: dict[str, Any]) -> Completion:
+    def _history_cue(self, history: list[_Message]) -> _Cue:
+        """The cue of a tool loop: the latest message in the history result that is not its own."""
+        for message in reversed(history):
+            if message.author != self.speaker:
+                return _cue(message.text, message.name, addressed=self.speaker in message.addressed, names=())
+        return _Cue()
+
+    def _call(self, name: str, arguments: dict[str, Any]) -> Completion:
         self._calls += 1
         call = ToolCall(id=f"scripted_{self._calls}", name=name, arguments=arguments)
-        usage = Usage(prompt, _tokens(json.dumps(arguments, ensure_ascii=False)) + _DECISION_OVERHEAD_TOKENS)
-        return Completion(text="", tool_calls=(call,), usage=usage, stop_reason="tool_use")
+        return Completion(text="", tool_calls=(call,), usage=Usage(0, 0), stop_reason="tool_use")
 
-    def _text(self, prompt: int, text: str) -> Completion:
-        return Completion(text=text, tool_calls=(), usage=Usage(prompt, max(1, _tokens(text))), stop_reason="end_turn")
+    def _text(self, text: str) -> Completion:
+        return Completion(text=text, tool_calls=(), usage=Usage(0, 0), stop_reason="end_turn")
 
     async def _pause(self, time_left_s: float | None) -> None:
         # As a real provider does: a call with no time left fails at once, one slower than the time left fails
@@ -275,54 +617,267 @@ class ScriptedProvider(ChatProvider):
             await asyncio.sleep(pause)
 
 
+# --- token estimates ------------------------------------------------------------------------------------
+
+
+def estimate_tokens(text: str) -> int:
+    """A rough token count: about four Latin characters per token, one per wide character."""
+    ascii_chars = sum(1 for char in text if char.isascii())
+    return math.ceil(ascii_chars / 4) + (len(text) - ascii_chars)
+
+
+def estimate_prompt_tokens(request: DecisionRequest | CompletionRequest) -> int:
+    """About how many prompt tokens ``request`` would cost a real model: its system prompt, turns and tools (for
+    a decision, the decide tool it would be sent with). The scripted provider itself reports zero."""
+    tools = (decision_tool(request),) if isinstance(request, DecisionRequest) else request.tools
+    total = estimate_tokens(request.system) + 3
+    for turn in request.turns:
+        total += 4 + estimate_tokens(turn.text)
+        total += sum(
+            estimate_tokens(json.dumps(dict(call.arguments), ensure_ascii=False)) + 6 for call in turn.tool_calls
+        )
+        total += sum(estimate_tokens(result.content) + 6 for result in turn.tool_results)
+    total += sum(
+        estimate_tokens(tool.description) + estimate_tokens(json.dumps(dict(tool.parameters), ensure_ascii=False))
+        for tool in tools
+    )
+    return total
+
+
+# --- reading the prompt ---------------------------------------------------------------------------------
+
+# The lines of bots.prompt's transcript turn this provider reads, as a model would.
+_ASKED = re.compile(r'^(?P<name>.+?) (?:asked|said to) you: "(?P<text>.*)"$')
+_REPLYING = re.compile(r'^You would be replying to (?P<name>.+?): "(?P<text>.*)"$')
+_TRANSCRIPT_LINE = re.compile(r"^\[(?P<name>[^\]\n]+?) \((?P<mark>person|persona|bot|you)\)\] (?P<text>.*)$")
+# Other shapes of a conversation line: "[Name] text", "Name: text".
+_PLAIN_LINE = re.compile(r"^(?:\[(?P<bracketed>[^\]\n]{1,46})\]\s*|(?P<name>[^\[\]\n:：]{1,40})[:：]\s*)(?P<text>.+)$")
+_YOU_ARE = re.compile(r"^You are (?P<name>.+?)(?: \(also called (?P<aliases>.+?)\))?, ", re.MULTILINE)
+_PLACEHOLDER = re.compile(r"\{(name|word|n)\}")
+
+
+def _read_cue(system: str, turns: tuple[Turn, ...]) -> _Cue:
+    """The message to reply to: the question quoted at the end of the transcript, else the latest message
+    quoted there, else the transcript's latest line not its own, else the latest line of the last user turn."""
+    names: list[str] = []
+    you = _YOU_ARE.search(system)
+    if you is not None:
+        names += [you.group("name"), *(you.group("aliases") or "").split(", ")]
+    user = next((turn.text for turn in reversed(turns) if turn.role == "user" and turn.text.strip()), "")
+    lines = [line.strip() for line in user.splitlines() if line.strip()]
+    names += [match.group("name") for line in lines if (match := _TRANSCRIPT_LINE.match(line))]
+    for line in reversed(lines):
+        match = _ASKED.match(line)
+        if match is not None:
+            return _cue(match.group("text"), match.group("name"), addressed=True, names=names)
+        match = _REPLYING.match(line)
+        if match is not None:
+            return _cue(match.group("text"), match.group("name"), addressed=False, names=names)
+    for line in reversed(lines):
+        match = _TRANSCRIPT_LINE.match(line)
+        if match is not None and match.group("mark") != "you":
+            return _cue(match.group("text"), match.group("name"), addressed=False, names=names)
+    for line in reversed(lines):
+        match = _PLAIN_LINE.match(line)
+        if match is not None:
+            name = (match.group("bracketed") or match.group("name") or "").strip()
+            return _cue(match.group("text"), name or None, addressed=False, names=names)
+    return _cue(lines[-1], None, addressed=False, names=names) if lines else _Cue()
+
+
+def _cue(text: str, speaker: str | None, *, addressed: bool, names: Iterable[str]) -> _Cue:
+    kind = message_kind(text)
+    return _Cue(
+        text=text,
+        speaker=speaker,
+        addressed=addressed,
+        kind=kind,
+        word=content_word(text, (*names, *([speaker] if speaker else []))),
+        result=arithmetic(text) if kind is Kind.QUESTION else None,
+    )
+
+
+# --- words and numbers ----------------------------------------------------------------------------------
+
+_EN_STOPWORD_TEXT = """
+    about above actually after again against ago almost already also always another anybody anyone anything
+    anyway around away back because been before being below best better between both bring came cannot come
+    could didn doesn doing done down during each either else enough even ever every everybody everyone
+    everything fine first from further getting give going gonna good got gotta great guess guys have having
+    hello here hers herself himself hmm honestly into isn itself just keep kind know last lately later least
+    less let like little long look made make many maybe mean might mine more most much must myself need never
+    next nice nobody none nothing okay once only other others ours over people perhaps pretty probably quite
+    rather really right said same should since some somebody someone something sometimes soon sort still such
+    sure take tell than thank thanks that that's their theirs them then there these they thing things think
+    this those though through today together tomorrow tonight totally tried trying very wait wanna want wasn
+    well went were what what's whatever when where which while will wish with within without won't would
+    wouldn yeah year years yesterday your yours yourself you're it's i'm i've i'd don't didn't doesn't isn't
+    wasn't can't let's there's here's times plus minus divided multiplied equals else also everyone's
+    anyone's someone's haha lol hehe wow yes nope yep question questions sound sounds happen happened
+    useful stuff week weekend idea ideas point ways part bit lot lots
+"""
+_EN_STOPWORDS = frozenset(_EN_STOPWORD_TEXT.split())
+_JA_STOP_COMPOUNDS = (
+    "今日",
+    "昨日",
+    "明日",
+    "今度",
+    "最近",
+    "自分",
+    "本当",
+    "一番",
+    "時間",
+    "全然",
+    "普通",
+    "多分",
+    "絶対",
+    "結構",
+    "一緒",
+    "大丈夫",
+    "意味",
+    "感じ",
+    "今回",
+    "今年",
+    "去年",
+    "来年",
+    "毎日",
+    "質問",
+    "説明",
+    "仕組",
+)
+_JA_RUN = re.compile(r"[\u4e00-\u9fff\u3005\u30a1-\u30fa\u30fc]{2,}")
+_EN_WORD = re.compile(r"[A-Za-z][A-Za-z'’-]*[A-Za-z]")
+
+
+def content_word(text: str, names: Iterable[str] = ()) -> str | None:
+    """A word that says what ``text`` is about, for an echo ("Sourdough? ..."): the longest run of kanji and
+    katakana in Japanese (a loanword, a compound noun), else the longest English word that is not a function
+    word or a name (a likely noun before a verb or an adverb). None when there is none."""
+    skip = {name.casefold() for name in names if name}
+    runs: list[str] = []
+    for found in _JA_RUN.findall(text):
+        run = str(found)
+        for stop in _JA_STOP_COMPOUNDS:
+            run = run.removeprefix(stop).removesuffix(stop)
+        if len(run) >= 2 and run.strip("ー") and run.casefold() not in skip:
+            runs.append(run)
+    if runs:
+        return max(runs, key=len)
+    best: tuple[bool, bool, int] | None = None  # (a noun, likely; an acronym; its length) of the best word yet
+    word_found: str | None = None
+    for index, match in enumerate(_EN_WORD.finditer(text)):
+        word = match.group().replace("’", "'")
+        if word.casefold().endswith("'s"):
+            word = word[:-2]
+        folded = word.casefold()
+        if (len(word) < 4 and not (len(word) >= 3 and word.isupper())) or folded in _EN_STOPWORDS or folded in skip:
+            continue
+        if index == 0 and not word.isupper():
+            word = word[:1].lower() + word[1:]  # capitalised only as the message's first word
+        # Verbs and adverbs ("repainted", "slowly") make poor echoes: a likely noun wins, an acronym ("API") first,
+        # then the longer the better.
+        rank = (not folded.endswith(("ed", "ing", "ly")), word.isupper(), len(word))
+        if best is None or rank >= best:
+            best, word_found = rank, word
+    return word_found
+
+
+_NUMBER = r"\d+(?:\.\d+)?"
+_OPERATORS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"(?<=\d)-(?=\d)|(?<=\d)/(?=\d)"), " ~ "),  # 9-5, 3/4: a range or a date, not a sum
+    (re.compile(r"\bmultiplied\s+by\b|\btimes\b|(?<=\d)\s*[x×]\s*(?=\d)|かける|掛ける|[×✕*]", re.IGNORECASE), " * "),
+    (re.compile(r"\bdivided\s+by\b|\bover\b|÷|わる|割る|\s/\s", re.IGNORECASE), " / "),
+    (re.compile(r"\bplus\b|たす|足す|\+", re.IGNORECASE), " + "),
+    (re.compile(r"\bminus\b|ひく|引く|\s[-−]\s|−", re.IGNORECASE), " - "),
+]
+_EXPRESSION = re.compile(rf"{_NUMBER}(?:\s*[-+*/]\s*{_NUMBER}){{1,5}}")
+
+
+def arithmetic(text: str) -> str | None:
+    """The result of the simple arithmetic in ``text`` ("What's 17 times 3?", "17×3は?"), as it would be said:
+    "51", "3.3333", "-4"; None when there is none (or it divides by zero)."""
+    normal = unicodedata.normalize("NFKC", text).replace(",", "")
+    for pattern, operator in _OPERATORS:
+        normal = pattern.sub(operator, normal)
+    match = _EXPRESSION.search(normal)
+    if match is None:
+        return None
+    tokens = re.findall(rf"{_NUMBER}|[-+*/]", match.group())
+    try:
+        # Products and quotients first, then sums, left to right.
+        terms: list[Fraction] = [Fraction(tokens[0])]
+        signs: list[int] = [1]
+        for operator, operand in zip(tokens[1::2], tokens[2::2], strict=True):
+            number = Fraction(operand)
+            if operator == "*":
+                terms[-1] *= number
+            elif operator == "/":
+                terms[-1] /= number
+            else:
+                terms.append(number)
+                signs.append(1 if operator == "+" else -1)
+    except ZeroDivisionError:
+        return None
+    value = sum((sign * term for sign, term in zip(signs, terms, strict=True)), Fraction(0))
+    if value.denominator == 1:
+        return str(value.numerator)
+    return f"{float(value):.4f}".rstrip("0").rstrip(".")
+
+
 # --- helpers --------------------------------------------------------------------------------------------
 
 
-def _clean(lines: Sequence[str]) -> tuple[str, ...]:
+def _wide(char: str) -> bool:
+    return unicodedata.east_asian_width(char) in ("W", "F")
+
+
+def _clean(lines: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(line.strip() for line in lines if line.strip()))
 
 
+@functools.lru_cache(maxsize=4096)
 def _key(text: str) -> str:
     # As the runtime compares lines for repeats: width and case folded, punctuation and spaces ignored, so
     # "たしかに!" and "たしかに。" are the same line.
     return "".join(char for char in unicodedata.normalize("NFKC", text).casefold() if char.isalnum())
 
 
+def _keys(line: _Line) -> tuple[str, ...]:
+    """What saying ``line`` uses up: the line, and the template it was built from (a key no text can have)."""
+    return (_key(line.text),) if line.template is None else (_key(line.text), f"template:{line.template}")
+
+
+def _template_in(template: str, lines: Iterable[str]) -> bool:
+    """Whether one of ``lines`` was built from ``template`` (by anyone): the same words around another word."""
+    pattern = re.compile(
+        _PLACEHOLDER.sub(".+?", re.escape(template).replace(r"\{", "{").replace(r"\}", "}")), re.IGNORECASE
+    )
+    return any(pattern.fullmatch(line) for line in lines)
+
+
 def _join(parts: tuple[str, ...]) -> str:
-    # Latin text wants a space between sentences; Japanese and Chinese do not.
+    # Latin text wants a space between sentences; Japanese and Chinese do not ("やあ!わかる").
     text = parts[0]
     for part in parts[1:]:
-        text += (" " if text[-1:].isascii() else "") + part
+        text += ("" if _wide(text[-1:] or " ") or _wide(part[:1] or " ") else " ") + part
     return text
 
 
-def _tokens(text: str) -> int:
-    """A rough token count: about four Latin characters per token, one per wide character."""
-    ascii_chars = sum(1 for char in text if char.isascii())
-    return math.ceil(ascii_chars / 4) + (len(text) - ascii_chars)
-
-
-def _prompt_tokens(system: str, turns: tuple[Turn, ...], tools: Iterable[ToolSpec]) -> int:
-    total = _tokens(system) + 3
-    for turn in turns:
-        total += 4 + _tokens(turn.text)
-        total += sum(_tokens(json.dumps(dict(call.arguments), ensure_ascii=False)) + 6 for call in turn.tool_calls)
-        total += sum(_tokens(result.content) + 6 for result in turn.tool_results)
-    total += sum(_tokens(tool.description) + _tokens(json.dumps(dict(tool.parameters))) for tool in tools)
-    return total
-
-
-def _spoken(turns: tuple[Turn, ...]) -> set[str]:
+def _spoken(turns: tuple[Turn, ...]) -> _Said:
     """Every line said in the turns, with and without a speaker in front ("Name: ", "[Name] "), to keep clear of."""
-    said: set[str] = set()
+    keys: set[str] = set()
+    lines: list[str] = []
     for turn in turns:
         for line in turn.text.splitlines():
-            said.add(_key(line))
+            line = line.strip()  # noqa: PLW2901 - the same line, tidied
+            keys.add(_key(line))
+            match = _TRANSCRIPT_LINE.match(line) or _PLAIN_LINE.match(line)
+            lines.append(match.group("text") if match is not None else line)
             for mark in (": ", "：", "] "):
                 if mark in line:
-                    said.add(_key(line.split(mark, 1)[1]))
-    said.discard("")
-    return said
+                    keys.add(_key(line.split(mark, 1)[1]))
+    keys.discard("")
+    return _Said(frozenset(keys), tuple(lines))
 
 
 def _loop_so_far(turns: tuple[Turn, ...]) -> tuple[list[ToolCall], dict[str, ToolResult]]:
@@ -390,24 +945,39 @@ def _spoken_text(arguments: Mapping[str, Any]) -> str:
     return str(arguments.get("text", arguments.get("message", "")))
 
 
-def _history_texts(calls: list[ToolCall], results: dict[str, ToolResult]) -> set[str]:
-    texts: set[str] = set()
+class _Message(NamedTuple):
+    """A message of a tool loop's history result."""
+
+    author: str | None  # its author's id, or name when the result gives no id
+    name: str | None
+    text: str
+    addressed: tuple[str, ...]
+
+
+def _history_messages(calls: list[ToolCall], results: dict[str, ToolResult]) -> list[_Message]:
+    """The messages of the history results, oldest first."""
+    messages: list[_Message] = []
     for call in calls:
         if call.name == "history" and call.id in results:
             try:
-                _collect_texts(json.loads(results[call.id].content), texts)
+                _collect_messages(json.loads(results[call.id].content), messages)
             except ValueError:
                 continue
-    return texts
+    return messages
 
 
-def _collect_texts(data: object, into: set[str]) -> None:
+def _collect_messages(data: object, into: list[_Message]) -> None:
     if isinstance(data, dict):
-        for key, value in data.items():
-            if key in ("text", "message") and isinstance(value, str):
-                into.add(_key(value))
-            else:
-                _collect_texts(value, into)
+        text = data.get("text", data.get("message"))
+        if isinstance(text, str):
+            name = next((data[key] for key in ("author_name", "from") if isinstance(data.get(key), str)), None)
+            author = data["author_id"] if isinstance(data.get("author_id"), str) else name
+            addressed = data.get("addressed")
+            listed = tuple(str(item) for item in addressed) if isinstance(addressed, list) else ()
+            into.append(_Message(author, name, text, listed))
+            return
+        for value in data.values():
+            _collect_messages(value, into)
     elif isinstance(data, list):
         for item in data:
-            _collect_texts(item, into)
+            _collect_messages(item, into)

@@ -7,6 +7,7 @@ mistake the owner can make ends the command with one line naming what to change,
 
 from __future__ import annotations
 
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -57,12 +58,18 @@ async def test_the_example_dotenv_copied_as_the_readme_says_opens_the_room(tmp_p
     (tmp_path / ".env").write_text(dotenv_text)
 
     async with Aizuchi.start(tmp_path, "run") as fleet:
-        await fleet.wait_for(ROOM_LINE)
+        base = (await fleet.wait_for(ROOM_LINE)).group(1)
+        async with aiohttp.ClientSession() as session, session.get(f"{base}/room/api/{ROOM}/snapshot") as response:
+            notice = (await response.json())["notice"]
         status = await fleet.stop()
 
     assert status == 0
     assert "personas: Rin, Theo, Juno" in fleet.stdout
     assert not fleet.matching(r" (ERROR|WARNING) "), fleet.stderr
+    # Without a key the personas are stand-ins, and both the room and the log say so, and how to change it.
+    assert notice.startswith("Rin, Theo and Juno are offline stand-ins")
+    assert "AIZUCHI_PROFILE=anthropic and ANTHROPIC_API_KEY" in notice
+    assert fleet.matching(re.escape(notice))
 
 
 @pytest.mark.parametrize("provider", ["anthropic", "openai"])

@@ -84,6 +84,26 @@ def test_a_valid_file_loads_with_its_defaults(tmp_path: Path) -> None:
     assert persona.names == ("Aoi", "Aoi-chan")
     assert persona.big_five.openness == 0.5
     assert (persona.color, persona.react_with_emoji) == ("#888888", False)
+    # An older file, with only nods and remarks, still loads: the per-kind sets are optional.
+    samples = persona.samples
+    assert (samples.greetings, samples.farewells, samples.thanks) == ([], [], [])
+    assert (samples.answers, samples.questions, samples.echoes) == ([], [], [])
+
+
+def test_the_per_kind_sets_load_with_their_placeholders(tmp_path: Path) -> None:
+    sets = {
+        "greetings": ["Hi {name}!", "Hello."],
+        "farewells": ["Bye {name}."],
+        "thanks": ["Anytime."],
+        "answers": ["{word}? Good question."],
+        "questions": ["What about you, {name}?"],
+        "echoes": ["{word}, nice.", "So, {word}, {name}?"],
+    }
+    changes: dict[str, Any] = {f"samples.{name}": lines for name, lines in sets.items()}
+    persona = load_persona(write(tmp_path, valid("aoi", **changes)))
+
+    for name, lines in sets.items():
+        assert getattr(persona.samples, name) == lines
 
 
 def test_personas_load_sorted_by_id_or_in_the_order_asked(tmp_path: Path) -> None:
@@ -104,6 +124,11 @@ def test_personas_load_sorted_by_id_or_in_the_order_asked(tmp_path: Path) -> Non
         pytest.param({"big_five.openness": DROP}, "big_five.openness", id="big-five-missing"),
         pytest.param({"samples.aizuchi": ["Hm.", "Ok."]}, "samples.aizuchi", id="too-few-samples"),
         pytest.param({"samples.remarks": ["One.", "  ", "Three."]}, "samples.remarks[1]", id="blank-sample"),
+        pytest.param({"samples.echoes": ["Nice.", "{word}!"]}, "samples.echoes[0]", id="echo-without-word"),
+        pytest.param({"samples.greetings": ["Hi {nmae}!"]}, "samples.greetings[0]", id="unknown-placeholder"),
+        pytest.param({"samples.greetings": ["Hi {word}!"]}, "samples.greetings[0]", id="placeholder-not-for-set"),
+        pytest.param({"samples.aizuchi": ["Hm.", "Ok.", "{name}!"]}, "samples.aizuchi[2]", id="placeholder-in-a-nod"),
+        pytest.param({"samples.farewell": ["Bye."]}, "samples.farewell", id="unknown-set"),
         pytest.param({"language": "fr"}, "language", id="unknown-language"),
         pytest.param({"mood": "sunny"}, "mood", id="unknown-field"),
         pytest.param({"color": "red"}, "color", id="bad-colour"),
@@ -179,6 +204,20 @@ def test_the_shipped_personas_pass_the_check() -> None:
     report = check_personas(SHIPPED, None, {})
 
     assert report.ok, report.errors
+    assert report.warnings == []
+
+
+def test_the_shipped_personas_have_lines_enough_for_a_long_run() -> None:
+    # A persona posts about 40 lines in a long run and never repeats one of its last 30: with about 16 nods, 16
+    # remarks and its per-kind sets and echoes it need not fall back on generic lines.
+    for persona in load_personas(SHIPPED):
+        samples = persona.samples
+        assert len(samples.aizuchi) >= 16, persona.id
+        assert len(samples.remarks) >= 16, persona.id
+        for name in ("greetings", "farewells", "thanks", "answers", "questions", "echoes"):
+            assert len(getattr(samples, name)) >= 5, f"{persona.id}: samples.{name}"
+        every = [line for name in type(samples).model_fields for line in getattr(samples, name)]
+        assert len(every) == len(set(every)), f"{persona.id}: a line appears twice"
 
 
 # --- the check's cross-file rules --------------------------------------------------------------------------
@@ -212,6 +251,25 @@ def test_the_check_warns_about_samples_longer_than_the_default_tiers(tmp_path: P
 
     assert report.ok
     assert [warning.split(":")[:2] for warning in report.warnings] == [[str(path), " samples.aizuchi[2]"]]
+
+
+def test_the_check_measures_the_per_kind_sets_with_their_placeholders_filled(tmp_path: Path) -> None:
+    # A name or a word counts 8 columns: the echo comes to 120 columns, the answer to 122.
+    echo = "{word}" + "e" * 112
+    answer = "{word}{name}" + "a" * 106
+    path = write(tmp_path, valid("aoi", **{"samples.echoes": [echo], "samples.answers": ["Fine.", answer]}))
+
+    report = check_personas(tmp_path, None, {})
+
+    assert report.ok
+    assert [warning.split(":")[1:3] for warning in report.warnings] == [
+        [
+            " samples.answers[1]",
+            " 122 columns with its placeholders filled, over the default 120 (the scripted provider"
+            " will not use it unless a channel allows more)",
+        ]
+    ]
+    assert all(warning.startswith(str(path)) for warning in report.warnings)
 
 
 # --- ``aizuchi personas check`` as a command ---------------------------------------------------------------

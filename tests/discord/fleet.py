@@ -46,7 +46,7 @@ def eager(persona_id: str, **overrides: object) -> Persona:
 
 
 def scripted(persona: Persona, *, seed: int) -> RecordingProvider:
-    return RecordingProvider(ScriptedProvider(persona.samples.aizuchi, persona.samples.remarks, seed=seed))
+    return RecordingProvider(ScriptedProvider.for_persona(persona, seed=seed))
 
 
 @dataclass

@@ -88,9 +88,7 @@ async def room_server(
         room = RoomServer(arbiter, server, runtimes, opened)
         try:
             for index, persona in enumerate(load_personas(PERSONAS_DIR, list(personas)) if personas else []):
-                provider = ScriptedProvider(
-                    persona.samples.aizuchi, persona.samples.remarks, seed=index, latency_s=latency_s
-                )
+                provider = ScriptedProvider.for_persona(persona, seed=index, latency_s=latency_s)
                 runtime = PersonaRuntime(
                     persona,
                     provider,

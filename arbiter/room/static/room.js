@@ -544,6 +544,8 @@
 
     try {
       const snapshot = await request("GET", "snapshot");
+      $("notice").textContent = snapshot.notice || "";
+      $("notice").hidden = !snapshot.notice;
       setPersonas(snapshot.personas);
       applySettings(snapshot.settings);
       for (const message of snapshot.history) showMessage(message);

@@ -22,6 +22,7 @@ from bots.llm import (
 )
 from bots.llm.anthropic_chat import AnthropicChat
 from bots.llm.openai_chat import OpenAIChat
+from tests.support.fleet import make_persona
 from tests.support.llm_server import FAKE_KEY, FAKE_KEY_ENV, decision_reply, error, fake_profile
 
 if TYPE_CHECKING:
@@ -198,12 +199,28 @@ async def test_each_provider_kind_builds_its_adapter() -> None:
         await provider.aclose()
 
 
-def test_the_scripted_provider_takes_the_personas_lines_and_seed() -> None:
-    provider = create_provider(BUILTIN_PROFILES["scripted"], {}, aizuchi=["Yo."], remarks=["Hey there."], seed=3)
+def test_the_scripted_provider_takes_the_personas_lines_language_and_seed() -> None:
+    persona = make_persona(
+        "aoi", language="ja", aizuchi=("へえ", "うん", "なるほど"), remarks=("いいね。", "そうだね。", "行こう。")
+    )
+    persona = persona.model_copy(update={"samples": persona.samples.model_copy(update={"thanks": ["いえいえ!"]})})
+
+    provider = create_provider(BUILTIN_PROFILES["scripted"], {}, persona=persona, seed=3)
 
     assert isinstance(provider, ScriptedProvider)
-    assert provider.aizuchi == ("Yo.",)
-    assert provider.remarks == ("Hey there.",)
+    assert provider.aizuchi == ("へえ", "うん", "なるほど")
+    assert provider.remarks == ("いいね。", "そうだね。", "行こう。")
+    assert provider.lines.thanks == ("いえいえ!",)
+    assert provider.language == "ja"
+    assert provider.speaker == "aoi"
+
+
+def test_the_scripted_provider_without_a_persona_speaks_generic_english() -> None:
+    provider = create_provider(BUILTIN_PROFILES["scripted"], {})
+
+    assert isinstance(provider, ScriptedProvider)
+    assert provider.language == "en"
+    assert provider.aizuchi
 
 
 @pytest.mark.parametrize("name", ["anthropic", "openai"])

@@ -1,15 +1,19 @@
-"""The scripted provider: deterministic for a seed, rhythmic, never repeating, and able to play the tool loop."""
+"""The scripted provider: it answers what was said, by kind, in the persona's language; deterministic for a seed,
+never repeating its last 30 lines, costing no tokens, and able to play the tool loop."""
 
 from __future__ import annotations
 
 import json
+import re
 import time
 import unicodedata
 from collections import Counter
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from arbiter.contract import AuthorKind, MessageView, StatusView, Tier, TierView
 from bots.llm import (
     ChatProvider,
     Completion,
@@ -20,8 +24,20 @@ from bots.llm import (
     ToolResult,
     ToolSpec,
     Turn,
+    Usage,
+    estimate_prompt_tokens,
 )
+from bots.llm.scripted import GENERIC, arithmetic, content_word
+from bots.persona import load_persona
+from bots.prompt import persona_prompt, rules_prompt, transcript_turn
+from bots.text import repeats
 
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from bots.persona import Persona
+
+PERSONAS = Path(__file__).resolve().parents[3] / "personas"
 AIZUCHI = ["Right!", "I see.", "Mm-hm.", "No way!", "Oh, nice.", "Fair point.", "Ha, true.", "Really?", "Go on."]
 REMARKS = [
     "I went there last spring, the broth was amazing.",
@@ -35,10 +51,19 @@ REMARKS = [
 ]
 SYSTEM = "You are Hana, cheerful and curious."
 LIMITS = {"aizuchi": 12, "remark": 50, "long": 100}
+LENGTHS = {"aizuchi": 24, "remark": 120, "long": 240}  # the arbiter's defaults
 
 
 def width(text: str) -> int:
     return sum(2 if unicodedata.east_asian_width(char) in ("W", "F") else 1 for char in text)
+
+
+def shipped(persona_id: str) -> Persona:
+    return load_persona(PERSONAS / f"{persona_id}.toml")
+
+
+def scripted(seed: int = 7, **options: Any) -> ScriptedProvider:
+    return ScriptedProvider(AIZUCHI, REMARKS, seed=seed, **options)
 
 
 async def converse(provider: ScriptedProvider, rounds: int, actions: tuple[Any, ...] = ()) -> list[tuple[str, str]]:
@@ -60,11 +85,273 @@ async def converse(provider: ScriptedProvider, rounds: int, actions: tuple[Any, 
     return said
 
 
-def scripted(seed: int = 7, **options: Any) -> ScriptedProvider:
-    return ScriptedProvider(AIZUCHI, REMARKS, seed=seed, **options)
+# --- the room, as the runtime asks ----------------------------------------------------------------------
 
 
-# --- decisions ------------------------------------------------------------------------------------------
+def status(priority: Sequence[str] = ()) -> StatusView:
+    tiers = {tier: TierView(cost=5, max_length=LENGTHS[tier], recovery_s=5.0, affordable=True) for tier in Tier}
+    return StatusView(
+        channel_id="lounge",
+        now=0.0,
+        level=100,
+        capacity=100,
+        enabled=True,
+        paused=False,
+        topic="",
+        tiers=tiers,
+        refunds=[],
+        bot_streak=0,
+        idle_cap=12,
+        priority=list(priority),
+        tokens_today=0,
+        daily_token_budget=None,
+        last_seq=0,
+    )
+
+
+class Room:
+    """A channel's window as the runtime sends it: one person, Yui, and the persona; the persona's own lines go
+    into the window too, as the arbiter records them."""
+
+    def __init__(self, persona: Persona) -> None:
+        self.persona = persona
+        self.window: list[MessageView] = []
+        self.action = "pass"  # the last move it made
+
+    def _add(self, author: str, kind: AuthorKind, name: str, text: str, addressed: Sequence[str]) -> None:
+        seq = len(self.window) + 1
+        self.window.append(
+            MessageView(
+                seq=seq,
+                author_id=author,
+                author_kind=kind,
+                author_name=name,
+                text=text,
+                at=0,
+                addressed=list(addressed),
+            )
+        )
+        self.window = self.window[-12:]
+
+    def request(self, text: str, *, to_it: bool = False, tier: str = "remark") -> DecisionRequest:
+        self._add("yui", AuthorKind.HUMAN, "Yui", text, [self.persona.id] if to_it else [])
+        offered = ("aizuchi", "remark", "long")[: ("aizuchi", "remark", "long").index(tier) + 1]
+        if to_it and tier != "aizuchi":
+            offered = offered[1:]  # as the runtime: asked directly, answer (or pass), do not just nod
+        lengths = {action: LENGTHS[action] for action in offered}
+        actions = ("pass", *offered)
+        return DecisionRequest(
+            system=persona_prompt(self.persona) + "\n\n" + rules_prompt(self.persona, actions, lengths, ""),
+            turns=(transcript_turn(self.persona, self.window, status([self.persona.id] if to_it else [])),),
+            actions=actions,  # type: ignore[arg-type]
+            max_lengths=lengths,
+        )
+
+    async def ask(self, provider: ScriptedProvider, text: str, *, to_it: bool = False, tier: str = "remark") -> str:
+        """Yui says ``text``; the persona answers at ``tier`` (it never passes on all of a few tries)."""
+        for _ in range(4):
+            decision = (await provider.decide(self.request(text, to_it=to_it, tier=tier))).decision
+            if decision.action != "pass":
+                self._add(self.persona.id, AuthorKind.PERSONA, self.persona.display_name, decision.text, [])
+                self.action = decision.action
+                return decision.text
+        raise AssertionError(f"{self.persona.id} passed on {text!r} four times")
+
+
+def built_from(text: str, lines: Sequence[str]) -> bool:
+    """Whether ``text`` is one of ``lines`` with its placeholders filled in (any name, word or number)."""
+    for line in lines:
+        pattern = re.escape(line)
+        for placeholder in ("name", "word", "n"):
+            pattern = pattern.replace(re.escape("{" + placeholder + "}"), ".+?")
+        if re.fullmatch(pattern, text, re.IGNORECASE):
+            return True
+    return False
+
+
+def set_of(persona: Persona, name: str) -> list[str]:
+    return [*getattr(persona.samples, name), *getattr(GENERIC[persona.language], name)]
+
+
+# --- it answers what was said ---------------------------------------------------------------------------
+
+KIND_CASES = [
+    # persona, message, addressed, the set the answer comes from
+    ("rin", "Hi everyone!", False, "greetings"),
+    ("rin", "Good morning, Rin!", True, "greetings"),
+    ("rin", "Thanks, Rin!", True, "thanks"),
+    ("rin", "Rin, what are you working on these days?", True, "answers"),
+    ("rin", "Gotta go, bye all!", False, "farewells"),
+    ("theo", "Hello Theo.", True, "greetings"),
+    ("theo", "Theo, is it safe to deploy now?", True, "answers"),
+    ("theo", "thanks theo", True, "thanks"),
+    ("theo", "Good night everyone.", False, "farewells"),
+    ("hana", "こんにちは!", False, "greetings"),
+    ("hana", "はなちゃん、ありがとう!", True, "thanks"),
+    ("hana", "はなちゃん、最近なにしてるの？", True, "answers"),
+    ("hana", "またね!", False, "farewells"),
+    ("mio", "みおさん、こんばんは。", True, "greetings"),
+    ("mio", "みおさん、おすすめの本はありますか？", True, "answers"),
+    ("mio", "おやすみなさい", False, "farewells"),
+    ("sora", "そらさん、ありがとうございます!", True, "thanks"),
+]
+
+
+@pytest.mark.parametrize(("persona_id", "text", "to_it", "kind"), KIND_CASES, ids=[c[1] for c in KIND_CASES])
+@pytest.mark.parametrize("seed", range(3))
+async def test_it_answers_the_kind_of_message_in_the_personas_language(
+    persona_id: str, text: str, to_it: bool, kind: str, seed: int
+) -> None:
+    persona = shipped(persona_id)
+    answer = await Room(persona).ask(ScriptedProvider.for_persona(persona, seed=seed), text, to_it=to_it)
+
+    assert built_from(answer, set_of(persona, kind)), f"{answer!r} is not from {kind}"
+    assert (width(answer) > len(answer)) is (persona.language == "ja")  # Japanese for a Japanese persona
+
+
+@pytest.mark.parametrize(
+    ("persona_id", "text", "number"),
+    [
+        ("rin", "Rin, what's 17 times 3?", "51"),
+        ("theo", "Theo, what is 1200 divided by 16?", "75"),
+        ("juno", "Juno: 2 + 3 * 4?", "14"),
+        ("hana", "はなちゃん、17×3は？", "51"),
+        ("sora", "そらさん、100わる8は?", "12.5"),
+    ],
+)
+@pytest.mark.parametrize("tier", ["aizuchi", "remark", "long"])
+async def test_simple_arithmetic_put_to_it_gets_the_number(persona_id: str, text: str, number: str, tier: str) -> None:
+    persona = shipped(persona_id)
+    for seed in range(3):
+        answer = await Room(persona).ask(ScriptedProvider.for_persona(persona, seed=seed), text, to_it=True, tier=tier)
+
+        assert re.search(rf"(?<![\d.]){re.escape(number)}(?![\d])", answer), answer
+
+
+async def test_a_question_to_everyone_gets_an_answer_or_an_echo_and_a_statement_a_remark() -> None:
+    rin = shipped("rin")
+    answers = set_of(rin, "answers") + set_of(rin, "echoes")
+    remarks = [*rin.samples.remarks, *set_of(rin, "echoes"), *set_of(rin, "questions")]
+    for seed in range(6):
+        room, provider = Room(rin), ScriptedProvider.for_persona(rin, seed=seed)
+        for text, lines in (("Has anyone tried baking sourdough?", answers), ("I baked sourdough yesterday.", remarks)):
+            said = await room.ask(provider, text)
+            # Now and then it nods instead of taking the remark it claimed, as a model would.
+            assert built_from(said, lines if room.action == "remark" else rin.samples.aizuchi), said
+        assert built_from(await room.ask(provider, "Nice.", tier="aizuchi"), rin.samples.aizuchi)
+
+
+async def test_an_echo_is_built_on_a_word_of_the_message() -> None:
+    hana = shipped("hana")
+    echoes = set()
+    for seed in range(40):
+        answer = await Room(hana).ask(ScriptedProvider.for_persona(hana, seed=seed), "昨日サワードウを焼いたよ")
+        if "サワードウ" in answer:
+            echoes.add(answer)
+            assert built_from(answer, hana.samples.echoes), answer
+    assert len(echoes) >= 3
+
+
+async def test_a_greeting_names_whom_it_answers() -> None:
+    rin = shipped("rin")
+    named = [
+        await Room(rin).ask(ScriptedProvider.for_persona(rin, seed=seed), "Hello!", tier="remark") for seed in range(30)
+    ]
+
+    assert any("Yui" in line for line in named)
+    assert "{name}" not in " ".join(named)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("What's 17 times 3?", "51"),
+        ("17×3は？", "51"),
+        ("what is 12 + 30 * 2", "72"),
+        ("10 / 4?", "2.5"),
+        ("17かける3は？", "51"),
+        ("５足す７は？", "12"),
+        ("Is the 9-5 grind worth it?", None),  # a range, not a sum
+        ("Meet on 3/4?", None),  # a date
+        ("What's 3 divided by 0?", None),
+        ("How many times did you go?", None),
+    ],
+)
+def test_arithmetic(text: str, expected: str | None) -> None:
+    assert arithmetic(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "word"),
+    [
+        ("I baked sourdough yesterday.", "sourdough"),
+        ("Rin, what are you building?", "building"),
+        ("Sourdough is hard.", "sourdough"),
+        ("The API keeps timing out", "API"),
+        ("We repainted the kitchen green.", "kitchen"),  # a likely noun before a verb
+        ("昨日サワードウを焼いたよ", "サワードウ"),
+        ("分散システムについて教えて", "分散システム"),
+        ("ok", None),
+        ("それな", None),
+    ],
+)
+def test_content_word(text: str, word: str | None) -> None:
+    assert content_word(text, ["Rin"]) == word
+
+
+# --- it never repeats -----------------------------------------------------------------------------------
+
+SCRIPT = [
+    ("Hi everyone!", False),
+    ("I baked sourdough yesterday.", False),
+    ("{name}, what are you up to?", True),
+    ("Thanks, {name}!", True),
+    ("The new library downtown opened today.", False),
+    ("What's 17 times 3?", False),
+    ("Has anyone been to the coast lately?", False),
+    ("My bike got a flat tyre on the bridge.", False),
+    ("{name}, why do you like it?", True),
+    ("Bye for now!", False),
+    ("Okay.", False),
+    ("We repainted the kitchen green.", False),
+]
+SCRIPT_JA = [
+    ("こんにちは!", False),
+    ("昨日サワードウを焼いたよ", False),
+    ("{name}、最近なにしてるの？", True),
+    ("ありがとう、{name}!", True),
+    ("駅前に新しい図書館ができたよ。", False),
+    ("17×3は？", False),
+    ("最近、海に行った人いる？", False),
+    ("自転車がパンクしちゃった。", False),
+    ("{name}、どうしてそれが好きなの？", True),
+    ("またね!", False),
+    ("うん。", False),
+    ("台所を緑に塗り替えたんだ。", False),
+]
+
+
+@pytest.mark.parametrize("persona_id", ["rin", "theo", "juno", "hana", "mio", "sora"])
+@pytest.mark.parametrize("seed", range(2))
+async def test_over_a_long_run_it_never_repeats_one_of_its_last_30_lines(persona_id: str, seed: int) -> None:
+    persona = shipped(persona_id)
+    provider = ScriptedProvider.for_persona(persona, seed=seed)
+    room = Room(persona)
+    script = SCRIPT_JA if persona.language == "ja" else SCRIPT
+    said: list[str] = []
+    for index in range(120):
+        text, to_it = script[index % len(script)]
+        tier = ("aizuchi", "remark", "aizuchi", "long", "remark")[index % 5]
+        request = room.request(text.replace("{name}", persona.display_name), to_it=to_it, tier=tier)
+        shown = [m.text for m in room.window]
+        decision = (await provider.decide(request)).decision
+        if decision.action == "pass":
+            continue
+        assert not repeats(decision.text, said[-30:]), f"{decision.text!r} repeats one of {said[-30:]}"
+        assert decision.text not in shown
+        said.append(decision.text)
+        room._add(persona.id, AuthorKind.PERSONA, persona.display_name, decision.text, [])
+    assert len(said) >= 110  # it found something fresh nearly every time
 
 
 async def test_the_same_seed_gives_the_same_conversation() -> None:
@@ -85,7 +372,7 @@ async def test_only_allowed_actions_are_chosen(actions: tuple[Any, ...]) -> None
 async def test_it_mostly_takes_the_largest_move_offered_now_and_then_a_smaller_one_or_a_pass() -> None:
     # The runtime offers moves up to the tier it claimed, so the largest offered is what it made room for; a
     # conversation's rhythm comes from which tier the runtime claims, the wording from here.
-    said = await converse(scripted(seed=11), 300)
+    said = await converse(scripted(seed=11, recent_window=6), 300)  # a short memory: few lines, many turns
 
     counts = Counter(action for action, _ in said)
     assert counts["long"] / 300 >= 0.6
@@ -95,29 +382,11 @@ async def test_it_mostly_takes_the_largest_move_offered_now_and_then_a_smaller_o
 
 @pytest.mark.parametrize(("offered", "largest"), [(("aizuchi",), "aizuchi"), (("aizuchi", "remark"), "remark")])
 async def test_offered_a_claimed_tier_it_nearly_always_speaks_in_it(offered: tuple[str, ...], largest: str) -> None:
-    said = await converse(scripted(seed=3), 200, actions=offered)
+    said = await converse(scripted(seed=3, recent_window=6), 200, actions=offered)
 
     counts = Counter(action for action, _ in said)
     assert counts[largest] / 200 >= 0.7
     assert counts["pass"] / 200 <= 0.05
-
-
-@pytest.mark.parametrize("seed", range(5))
-async def test_no_line_comes_back_within_its_recent_window(seed: int) -> None:
-    provider = scripted(seed=seed, recent_window=6)
-    said = await converse(provider, 120)
-
-    # A long remark is two sample remarks run together: each piece counts as said.
-    pieces = [
-        sorted((line for line in AIZUCHI + REMARKS if line in text), key=text.index)
-        for action, text in said
-        if action != "pass"
-    ]
-    window: list[str] = []
-    for line in pieces:
-        assert line, "every spoken line is made of sample lines"
-        assert not set(line) & set(window), f"{line} repeats one of the last six lines said: {window}"
-        window = (window + line)[-6:]
 
 
 @pytest.mark.parametrize(
@@ -129,27 +398,49 @@ async def test_no_line_comes_back_within_its_recent_window(seed: int) -> None:
     ids=["turn per line", "one transcript"],
 )
 async def test_a_line_already_in_the_conversation_is_never_said(turns: tuple[Turn, ...]) -> None:
-    provider = ScriptedProvider(["Right!", "I see."], ["The queue is the worst part."], seed=1)
+    provider = ScriptedProvider(["Right!", "I see.", "Sure."], ["The queue is the worst part.", "Ramen!"], seed=1)
 
     for _ in range(20):
         result = await provider.decide(DecisionRequest(system=SYSTEM, turns=turns, actions=("aizuchi", "remark")))
         assert result.decision.text not in ("Right!", "The queue is the worst part.")
 
 
-async def test_with_nothing_fresh_left_it_passes() -> None:
-    provider = ScriptedProvider(["Right!"], ["Sure."], seed=1, recent_window=4)
-    turns = (Turn("user", "Kai: well?"),)
+async def test_an_echo_template_someone_else_just_used_is_not_used_again() -> None:
+    # Another persona's "Sourdough? Tell me more." and ours "Pizza? Tell me more." would read as a repeat.
+    provider = ScriptedProvider(["Hm."], ["One."], echoes=["{word}? Tell me more."], seed=1)
+    turns = (Turn("user", "[Ben (persona)] Sourdough? Tell me more.\n[Yui (person)] I made pizza instead."),)
 
-    results = [
-        (await provider.decide(DecisionRequest(system=SYSTEM, turns=turns, actions=("aizuchi", "remark")))).decision
-        for _ in range(6)
-    ]
+    for _ in range(10):
+        decision = (await provider.decide(DecisionRequest(system=SYSTEM, turns=turns, actions=("remark",)))).decision
+        assert "Tell me more" not in decision.text
 
-    assert [decision.text for decision in results if decision.action != "pass"] in (
-        ["Right!", "Sure."],
-        ["Sure.", "Right!"],
+
+async def test_with_nothing_that_fits_it_passes() -> None:
+    provider = ScriptedProvider(["Right!", "Sure."], ["That is a fine idea."], seed=1)
+    request = DecisionRequest(
+        system=SYSTEM,
+        turns=(Turn("user", "Kai: ok."),),
+        actions=("aizuchi", "remark"),
+        max_lengths={"aizuchi": 2, "remark": 3},
     )
-    assert results[-1].action == "pass"
+
+    assert (await provider.decide(request)).decision.action == "pass"
+
+
+async def test_when_a_pass_is_not_offered_it_always_says_something() -> None:
+    # An addressed persona's second try (allow_pass off): better a line said before than no answer.
+    provider = ScriptedProvider(["Right!", "Sure.", "Okay."], ["That is a fine idea.", "Let's go.", "Why not."], seed=1)
+    request = DecisionRequest(
+        system=SYSTEM,
+        turns=(Turn("user", "Kai: ok."),),
+        actions=("remark",),
+        max_lengths={"remark": 20},
+        allow_pass=False,
+    )
+
+    decisions = [(await provider.decide(request)).decision for _ in range(40)]
+
+    assert all(decision.action == "remark" and decision.text for decision in decisions)
 
 
 async def test_lines_fit_their_tier_in_display_columns() -> None:
@@ -170,16 +461,39 @@ async def test_lines_fit_their_tier_in_display_columns() -> None:
             assert " " not in decision.text  # Japanese sentences are joined without a space
 
 
-async def test_token_counts_grow_with_the_prompt_and_the_answer() -> None:
+def test_the_language_comes_from_the_persona_or_its_lines() -> None:
+    assert ScriptedProvider.for_persona(shipped("mio"), seed=0).language == "ja"
+    assert ScriptedProvider(["なるほど"], ["そうですね。"], seed=0).language == "ja"
+    assert ScriptedProvider(AIZUCHI, REMARKS, seed=0).language == "en"
+    assert ScriptedProvider(seed=0).aizuchi == GENERIC["en"].aizuchi  # no lines: generic ones
+
+
+# --- what it costs --------------------------------------------------------------------------------------
+
+
+async def test_its_requests_cost_no_tokens() -> None:
     provider = scripted()
+    request = DecisionRequest(system=SYSTEM, turns=(Turn("user", "Kai: hi"),), actions=("remark",))
+
+    assert (await provider.decide(request)).usage == Usage(0, 0)
+    assert (await provider.complete(CompletionRequest(system=SYSTEM, turns=request.turns))).usage == Usage(0, 0)
+    fake = FakeTools(level=100)
+    await run_loop(provider, OUR_TOOLS, fake)
+    assert fake.calls  # the loop ran, and every step of it was free (checked in run_loop)
+
+
+def test_a_requests_prompt_tokens_are_estimated_by_its_size() -> None:
     short = DecisionRequest(system=SYSTEM, turns=(Turn("user", "hi"),), actions=("remark",))
     long = DecisionRequest(system=SYSTEM, turns=tuple(Turn("user", "a fairly long line " * 10) for _ in range(10)))
+    wide = DecisionRequest(system=SYSTEM, turns=(Turn("user", "あ" * 40),), actions=("remark",))
+    completion = CompletionRequest(system=SYSTEM, turns=(Turn("user", "hi"),), tools=OUR_TOOLS)
 
-    first = await provider.decide(short)
-    second = await provider.decide(long)
+    assert 0 < estimate_prompt_tokens(short) < estimate_prompt_tokens(long)
+    assert estimate_prompt_tokens(wide) >= estimate_prompt_tokens(short) + 38  # about a token per wide character
+    assert estimate_prompt_tokens(completion) > estimate_prompt_tokens(CompletionRequest(SYSTEM, (Turn("user", "hi"),)))
 
-    assert 0 < first.usage.prompt_tokens < second.usage.prompt_tokens
-    assert first.usage.completion_tokens > len(first.decision.text) // 8
+
+# --- time -----------------------------------------------------------------------------------------------
 
 
 async def test_latency_pauses_each_call() -> None:
@@ -213,6 +527,9 @@ async def test_a_call_within_the_time_left_answers_and_none_left_is_a_timeout() 
         await provider.decide(DecisionRequest(system=SYSTEM, turns=(Turn("user", "hi"),), time_left_s=0.0))
 
 
+# --- complete() -----------------------------------------------------------------------------------------
+
+
 async def test_the_base_class_decide_works_through_the_scripted_decide_tool() -> None:
     # ChatProvider.decide forces a "decide" tool call through complete(); the scripted provider answers it too.
     provider = scripted()
@@ -224,8 +541,18 @@ async def test_the_base_class_decide_works_through_the_scripted_decide_tool() ->
     assert "aizuchi" in actions
 
 
+async def test_the_decide_tool_answers_the_question_in_the_prompt() -> None:
+    rin = shipped("rin")
+    provider = ScriptedProvider.for_persona(rin, seed=2)
+    request = Room(rin).request("Rin, what's 6 times 7?", to_it=True)
+
+    decision = (await ChatProvider.decide(provider, request)).decision
+
+    assert "42" in decision.text
+
+
 async def test_without_tools_it_answers_with_a_line() -> None:
-    completion = await scripted().complete(CompletionRequest(system=SYSTEM, turns=(Turn("user", "hi"),)))
+    completion = await scripted().complete(CompletionRequest(system=SYSTEM, turns=(Turn("user", "Kai: nice."),)))
 
     assert completion.text in AIZUCHI + REMARKS
     assert completion.tool_calls == ()
@@ -299,6 +626,7 @@ async def run_loop(provider: ScriptedProvider, tools: tuple[ToolSpec, ...], fake
     turns: list[Turn] = [Turn("user", "Mio: has anyone tried the new ramen place?")]
     for _ in range(8):
         completion = await provider.complete(CompletionRequest(system=SYSTEM, turns=tuple(turns), tools=tools))
+        assert completion.usage == Usage(0, 0)
         if not completion.tool_calls:
             return completion
         results = tuple(
@@ -365,6 +693,18 @@ async def test_the_tool_loop_skips_lines_the_history_already_has() -> None:
         await run_loop(scripted(seed=seed), OUR_TOOLS, fake)
         spoken = [arguments["text"] for name, arguments in fake.calls if name == "consume"]
         assert not set(spoken) & set(AIZUCHI[:-1])
+
+
+async def test_the_tool_loop_answers_the_latest_message_in_the_history() -> None:
+    fake = FakeTools(level=100, history=("I baked bread.", "Thanks for the tip!"))
+    provider = ScriptedProvider.for_persona(shipped("theo"), seed=4)
+    thanks = set_of(shipped("theo"), "thanks")
+
+    for _ in range(6):
+        fake.calls.clear()
+        await run_loop(provider, OUR_TOOLS, fake)
+        spoken = [arguments["text"] for name, arguments in fake.calls if name == "consume"]
+        assert all(built_from(text, thanks) for text in spoken), spoken
 
 
 @pytest.mark.parametrize(("level", "amounts"), [(100, {5, 60, 80}), (30, {5})])
