@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from arbiter.contract import AuthorKind, Tier
+from bots.kinds import asks_for_explanation, is_question
 
 if TYPE_CHECKING:
     import random
@@ -37,6 +38,7 @@ class Plan:
     why: str = ""
     quiet: bool = False  # chose silence (not blocked): a later look, after a pause, may decide otherwise
     wanted: Tier | None = None  # what it waits for the pool to afford; pass back as ``intent`` to follow through
+    floor: bool = False  # waits while another persona has the floor (a release can open it before retry_after)
 
     @property
     def final(self) -> bool:
@@ -102,30 +104,55 @@ def anchor(window: Sequence[MessageView]) -> MessageView:
 
 
 def _room_to_nod(status: StatusView, window: Sequence[MessageView]) -> bool:
-    """A nod to a nod is noise, and two nods (given, or about to be) are acknowledgement enough."""
-    thread = anchor(window)
-    nodded = sum(1 for m in window if m.seq > thread.seq and m.tier is Tier.AIZUCHI)
-    nodded += status.claims_held.get(Tier.AIZUCHI, 0)
-    return window[-1].tier is not Tier.AIZUCHI and nodded < 2
+    """One nod per message: none to a nod, none while another is on its way (the arbiter refuses both too).
+    Nor while someone is about to make a remark: the nod would be about a message no longer the latest."""
+    held = status.claims_held
+    return window[-1].tier is not Tier.AIZUCHI and not any(held.get(tier, 0) for tier in Tier)
 
 
 def _nod_chance(persona: Persona, status: StatusView, window: Sequence[MessageView]) -> float:
     traits = persona.big_five
     if window[-1].author_kind is AuthorKind.HUMAN:
-        return 0.6 * traits.agreeableness
-    return 0.35 * traits.agreeableness * (0.5 + traits.extraversion)
+        chance = 0.6 * traits.agreeableness
+    else:
+        chance = 0.35 * traits.agreeableness * (0.5 + traits.extraversion)
+    return chance * _nods_enough(window)
 
 
-def _wanted(persona: Persona, status: StatusView, window: Sequence[MessageView], rng: random.Random) -> Tier | None:
+def _nods_enough(window: Sequence[MessageView]) -> float:
+    """Nods are seasoning: when they already make up much of what was said lately, fewer (the more personas,
+    the more there are to nod, so this keeps the share steady whatever their number)."""
+    recent = window[-8:]
+    return 0.3 if sum(1 for m in recent if m.tier is Tier.AIZUCHI) >= 0.35 * len(recent) else 1.0
+
+
+def _open_question(thread: MessageView, window: Sequence[MessageView]) -> bool:
+    """A person's question to everyone that no persona has answered yet (nods do not answer)."""
+    if thread.author_kind is not AuthorKind.HUMAN or thread.addressed or not is_question(thread.text):
+        return False
+    return not any(
+        m.seq > thread.seq and m.author_kind is AuthorKind.PERSONA and m.tier is not Tier.AIZUCHI for m in window
+    )
+
+
+def _wanted(
+    persona: Persona, status: StatusView, window: Sequence[MessageView], rng: random.Random, *, second_look: bool
+) -> Tier | None:
     thread = anchor(window)
     traits = persona.big_five
     talk = persona.talkativeness
     if persona.id in status.priority:
-        # Addressed: answer, and at length now and then if the pool allows.
+        # Addressed: answer - at length when asked to explain, and now and then anyway if the pool allows.
+        asked = next((m for m in reversed(window) if persona.id in m.addressed), thread)
+        if asks_for_explanation(asked.text):
+            return Tier.LONG
         return Tier.LONG if rng.random() < 0.25 * traits.openness else Tier.REMARK
     fading = 1.0 - status.bot_streak / max(1, status.idle_cap)  # bots talk less the longer no human speaks
     if thread.author_id == persona.id or _dominating(persona, window):
         speak = 0.0  # never answer oneself; leave the floor to others for a while
+    elif _open_question(thread, window):
+        # A question to everyone gets an answer: likely at once, and certainly after a silence.
+        speak = 1.0 if second_look else 0.55 + 0.4 * talk
     elif thread.author_kind is AuthorKind.HUMAN:
         speak = 0.35 + 0.45 * talk
     else:
@@ -133,6 +160,8 @@ def _wanted(persona: Persona, status: StatusView, window: Sequence[MessageView],
     nod = _nod_chance(persona, status, window) if _room_to_nod(status, window) else 0.0
     roll = rng.random()
     if roll < speak:
+        if thread.author_kind is AuthorKind.HUMAN and asks_for_explanation(thread.text):
+            return Tier.LONG
         fresh = sum(1 for m in window if m.author_kind is not AuthorKind.HUMAN) < 3
         return Tier.LONG if fresh and rng.random() < 0.4 * traits.openness else Tier.REMARK
     if roll < speak + (1.0 - speak) * nod:
@@ -147,11 +176,13 @@ def plan_turn(
     rng: random.Random,
     *,
     intent: Tier | None = None,
+    second_look: bool = False,
 ) -> Plan:
     """Decide the next move for the newest message in ``window`` (oldest first).
 
     ``intent``: the tier an earlier plan for the same thread waited for; the persona follows through instead of
-    making up its mind again.
+    making up its mind again. ``second_look``: the persona chose silence for this same message a moment ago and
+    looks once more (nobody spoke meanwhile; a question to everyone still unanswered is answered now).
     """
     why = blocked(status)
     if why is not None:
@@ -165,14 +196,15 @@ def plan_turn(
         return Plan(None, why=too_old)
     if status.claim is not None:
         return Plan(None, why="already holding a claim")
-    wanted = intent or _wanted(persona, status, window, rng)
+    if status.priority and persona.id not in status.priority:
+        # Someone else was asked: they answer first, and a nod before the answer would read as one. Look again
+        # when their floor ends (their answer, a message, wakes everyone before that).
+        until = status.priority_until if status.priority_until is not None else status.now
+        names = ", ".join(status.priority)
+        return Plan(None, retry_after=max(0.0, until - status.now), why=f"{names} has the floor", floor=True)
+    wanted = intent or _wanted(persona, status, window, rng, second_look=second_look)
     if wanted is None:
         return Plan(None, why="stays quiet this time", quiet=True)
-    if status.priority and persona.id not in status.priority and wanted is not Tier.AIZUCHI:
-        # Someone else was addressed: nod (if there is room for one) and let them answer.
-        if status.tiers[Tier.AIZUCHI].affordable and _room_to_nod(status, window):
-            return Plan(Tier.AIZUCHI, why="another persona has the floor")
-        return Plan(None, why="another persona has the floor", quiet=True)
     if status.tiers[wanted].affordable:
         return Plan(wanted, why=f"wants a {wanted}")
     retry = wait_for(status, status.tiers[wanted].cost)
@@ -183,6 +215,7 @@ def plan_turn(
     smaller = [tier for tier in _ORDER[: _ORDER.index(wanted)] if status.tiers[tier].affordable]
     if wanted is Tier.LONG and Tier.REMARK in smaller:
         return Plan(Tier.REMARK, why="a long remark is too dear; a remark will do")
-    if smaller and _room_to_nod(status, window) and rng.random() < 0.5 * persona.big_five.agreeableness:
+    nod = 0.5 * persona.big_five.agreeableness * _nods_enough(window)
+    if smaller and _room_to_nod(status, window) and rng.random() < nod:
         return Plan(Tier.AIZUCHI, why=f"nods while the pool refills for a {wanted}")
     return Plan(None, retry_after=retry, why=f"waits for the pool to afford a {wanted}", wanted=wanted)

@@ -1,8 +1,13 @@
 """The words sent to the model: who the persona is, the rules of the room, and the recent conversation. Pure.
 
 The conversation goes in as one transcript inside a single user turn: several people talk here, and
-chat APIs only know "user" and "assistant". A fixed window of recent messages keeps every prompt the same
-size however long the conversation runs.
+chat APIs only know "user" and "assistant". Each line names its speaker and what they are - a person, another
+persona, another bot, or the persona itself - and the turn ends with the message to reply to, quoted: the
+question when the persona was asked one. A fixed window of recent messages keeps every prompt the same size
+however long the conversation runs.
+
+Lengths are stated in the arbiter's unit, display columns, in the same words everywhere
+(:func:`bots.llm.base.length_limit`, :data:`bots.llm.base.COLUMNS_NOTE`).
 """
 
 from __future__ import annotations
@@ -10,7 +15,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from arbiter.contract import AuthorKind, Tier
-from bots.llm.base import Turn
+from bots.kinds import Kind, message_kind
+from bots.llm.base import COLUMNS_NOTE, Turn, length_limit
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -18,28 +24,36 @@ if TYPE_CHECKING:
     from arbiter.contract import MessageView, StatusView
     from bots.persona import Persona
 
-__all__ = ("LANGUAGE_NAMES", "length_in_words", "persona_prompt", "rules_prompt", "transcript_turn")
+__all__ = (
+    "COLUMNS_NOTE",
+    "LANGUAGE_NAMES",
+    "SPEAKER_MARKS",
+    "length_limit",
+    "persona_prompt",
+    "rules_prompt",
+    "transcript_turn",
+)
 
 LANGUAGE_NAMES = {"en": "English", "ja": "Japanese"}
+# How the transcript marks each speaker after its name: "[Yui (person)] ...".
+SPEAKER_MARKS = {AuthorKind.HUMAN: "person", AuthorKind.PERSONA: "persona", AuthorKind.BOT: "bot"}
+_OWN_MARK = "you"
+# A quoted message longer than this is cut (it is in the transcript above in full).
+_QUOTE_CHARS = 280
+# At most this many of the persona's own earlier lines are listed to keep clear of.
+_OWN_LINES = 30  # as many as the runtime checks before posting (bots.runtime.OWN_LINES)
 
 _TIER_GUIDE = {
     "pass": "say nothing this time - right when you have nothing to add or someone else should speak",
     Tier.AIZUCHI: "a short nod or reaction (a few words) that shows you are listening, in your own voice",
-    Tier.REMARK: "one or two sentences that add something: an opinion, a question, a detail, a joke",
+    Tier.REMARK: "one or two sentences that add something: an answer, an opinion, a question, a detail, a joke",
     Tier.LONG: "a longer remark, for a new topic or when you were asked something that needs explaining",
 }
 
 
-def length_in_words(persona: Persona, columns: int) -> str:
-    """A tier's limit as the persona would count it: Japanese characters take two columns each."""
-    if persona.language == "ja":
-        return f"{columns // 2} Japanese characters"
-    return f"{columns} characters"
-
-
 def persona_prompt(persona: Persona) -> str:
     nods = " / ".join(persona.samples.aizuchi[:6])
-    remarks = "\n".join(f"- {line}" for line in persona.samples.remarks[:4])
+    remarks = " / ".join(persona.samples.remarks[:3])
     aliases = f" (also called {', '.join(persona.aliases)})" if persona.aliases else ""
     return (
         f"You are {persona.display_name}{aliases}, one of several people chatting in a group channel.\n"
@@ -47,8 +61,9 @@ def persona_prompt(persona: Persona) -> str:
         f"Background: {persona.background}\n"
         f"How you talk: {persona.speaking_style}\n"
         f"Temperament (Big Five): {persona.big_five.describe()}.\n"
-        f"How you nod, for example: {nods}\n"
-        f"Things you might say, for example (never repeat these word for word):\n{remarks}\n"
+        "Your voice, for example - never reuse these lines; they only show how you sound:\n"
+        f"- nods: {nods}\n"
+        f"- remarks: {remarks}\n"
         f"Always write in {LANGUAGE_NAMES[persona.language]}."
     )
 
@@ -57,7 +72,7 @@ def rules_prompt(persona: Persona, actions: Sequence[str], max_lengths: Mapping[
     def guide(action: str) -> str:
         line = f"- {action}: {_TIER_GUIDE[action]}"
         if action in max_lengths:
-            line += f" (at most {length_in_words(persona, max_lengths[action])})"
+            line += f" ({length_limit(max_lengths[action])})"
         if action == Tier.AIZUCHI and persona.react_with_emoji:
             line += "; a single emoji works too, shown as a reaction"
         return line
@@ -65,30 +80,72 @@ def rules_prompt(persona: Persona, actions: Sequence[str], max_lengths: Mapping[
     lines = [
         "The room takes turns by a shared speaking budget, so choose your move carefully. You may:",
         *(guide(action) for action in actions),
-        "Rules: react to what was just said, like a person in the room would. Say something new - never repeat "
-        "what you or anyone else already said, and do not greet again once the conversation is going. If someone "
-        "asked you something directly, answer it. Plain text only: no markdown, no quotation marks around your "
-        "words, no name prefix, and never @-mention anyone.",
     ]
+    if any(action in max_lengths for action in actions):
+        lines.append(COLUMNS_NOTE)
+    lines.append(
+        "Rules: reply to the message you are shown, like a person in the room would: answer a question (work it "
+        "out if you can), greet back a greeting, take thanks, say goodbye to a goodbye. Say something new - never "
+        "repeat what you or anyone else already said, and do not greet again once the conversation is going. "
+        "Plain text only: no markdown, no quotation marks around your words, no name prefix, and never @-mention "
+        "anyone."
+    )
     if topic:
         lines.append(f"The moderators set the topic: {topic}")
     return "\n".join(lines)
 
 
 def _speaker(message: MessageView, persona: Persona) -> str:
-    if message.author_id == persona.id:
-        return f"{message.author_name} (you)"
-    if message.author_kind is AuthorKind.HUMAN:
-        return message.author_name
-    return message.author_name
+    mark = _OWN_MARK if message.author_id == persona.id else SPEAKER_MARKS.get(message.author_kind, "bot")
+    return f"{message.author_name} ({mark})"
 
 
-def transcript_turn(persona: Persona, window: Sequence[MessageView], status: StatusView) -> Turn:
-    lines = [f"[{_speaker(m, persona)}] {m.text}" for m in window]
-    addressed = persona.id in status.priority
-    ask = (
-        "You were addressed directly: answer."
-        if addressed
-        else "What is your next move? Choose one of the moves you may make now."
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _quote(text: str) -> str:
+    text = _one_line(text)
+    if len(text) > _QUOTE_CHARS:
+        text = text[:_QUOTE_CHARS].rstrip() + "…"
+    return f'"{text}"'
+
+
+def _cue(persona: Persona, window: Sequence[MessageView], status: StatusView) -> str:
+    """The closing lines: the message to reply to, quoted, and what to do with it."""
+    if persona.id in status.priority:
+        asking = next((m for m in reversed(window) if persona.id in m.addressed), None)
+        if asking is None:
+            return "You were addressed directly: answer."
+        if message_kind(asking.text) is Kind.QUESTION:
+            return f"{asking.author_name} asked you: {_quote(asking.text)}\nAnswer it: it is your turn to speak."
+        return f"{asking.author_name} said to you: {_quote(asking.text)}\nReply to it: it is your turn to speak."
+    latest = next((m for m in reversed(window) if m.author_id != persona.id), None)
+    if latest is None:
+        return "Nobody else has spoken yet. What is your next move? Choose one of the moves you may make now."
+    return (
+        f"You would be replying to {latest.author_name}: {_quote(latest.text)}\n"
+        "What is your next move? Choose one of the moves you may make now."
     )
-    return Turn(role="user", text="Recent conversation, oldest first:\n" + "\n".join(lines) + f"\n\n{ask}")
+
+
+def transcript_turn(
+    persona: Persona, window: Sequence[MessageView], status: StatusView, own_lines: Sequence[str] = ()
+) -> Turn:
+    """The conversation as one user turn: the transcript, oldest first, and the message to reply to.
+
+    ``own_lines``: the persona's own recent lines (oldest first), from before the window; the latest few not in
+    the window are listed so that it says something else.
+    """
+    lines = [f"[{_speaker(m, persona)}] {_one_line(m.text)}" for m in window]
+    in_window = {m.text for m in window}
+    earlier = [line for line in own_lines if line not in in_window][-_OWN_LINES:]
+    parts = [
+        "Recent conversation, oldest first. Each speaker is marked (person), (persona: an AI like you), (bot) or "
+        "(you):",
+        *lines,
+    ]
+    if earlier:
+        parts += ["", "Lines you said before these - say something else now:", *(f"- {_one_line(x)}" for x in earlier)]
+    parts += ["", _cue(persona, window, status)]
+    return Turn(role="user", text="\n".join(parts))

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from arbiter import contract as wire
 from arbiter.contract import Tier
 from bots.errors import ArbiterRejected, ArbiterUnavailable, BotError, PostFailed
-from bots.llm.base import DecisionRequest, LLMBadOutput, LLMError, LLMRateLimited, LLMTimeout, Usage
+from bots.llm.base import DecisionRequest, DecisionResult, LLMBadOutput, LLMError, LLMRateLimited, LLMTimeout, Usage
 from bots.planner import anchor, plan_turn
 from bots.platforms.base import Posted
 from bots.prompt import persona_prompt, rules_prompt, transcript_turn
@@ -43,6 +43,10 @@ __all__ = ("ChannelWorker", "PersonaRuntime", "RuntimeConfig", "RuntimeStats")
 _log = logging.getLogger(__name__)
 
 _ORDER = (Tier.AIZUCHI, Tier.REMARK, Tier.LONG)
+# A persona never says again one of its own last this many lines (checked before posting).
+OWN_LINES = 30
+# How much history a worker reads on arrival: its window, and its own recent lines among them.
+_ARRIVAL_READ = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +72,9 @@ class RuntimeStats:
     posted: Counter[str] = field(default_factory=Counter)  # by tier
     passes: int = 0  # the model chose to say nothing
     wasted: int = 0  # generated but not posted (refused at speak, a repeat, the post failed)
+    # Calls stopped while the model wrote, because a message came that the answer could no longer be posted after
+    # (a nod's message is no longer the latest; a person asked someone else).
+    overtaken: int = 0
     provider_errors: int = 0
     looks: int = 0  # turns looked at and finished (status, plan, maybe claim and generation), whatever came of them
     prompt_sizes: list[int] = field(default_factory=list)  # prompt tokens of each request, in order
@@ -77,6 +84,27 @@ class RuntimeStats:
             self.prompt_tokens += usage.prompt_tokens
             self.completion_tokens += usage.completion_tokens
             self.prompt_sizes.append(usage.prompt_tokens)
+
+
+def overtaken_by(message: wire.MessageView, persona_id: str, tier: Tier, *, addressed: bool) -> bool:
+    """Would the arbiter refuse what ``persona_id`` is writing on a claim of ``tier`` once ``message`` is said?
+    A nod is for the latest message; and a person asking others something gives them the floor, unless this
+    persona was asked too (then its answer is one of those awaited)."""
+    if message.author_id == persona_id:
+        return False
+    if tier is Tier.AIZUCHI:
+        return True
+    return (
+        not addressed
+        and message.author_kind is wire.AuthorKind.HUMAN
+        and bool(message.addressed)
+        and persona_id not in message.addressed
+    )
+
+
+def _addressing(persona_id: str, window: list[wire.MessageView]) -> int | None:
+    """The seq of the newest message in ``window`` that addressed ``persona_id``."""
+    return next((m.seq for m in reversed(window) if persona_id in m.addressed), None)
 
 
 class PersonaRuntime:
@@ -173,6 +201,14 @@ class ChannelWorker:
         self._held: str | None = None  # claim id while one is held
         self._second_look: int | None = None  # seq a quiet persona will look at once more after a pause
         self._intent: tuple[int, Tier] | None = None  # (thread's seq, tier) it waits for the pool to afford
+        self._floor_wait = False  # waiting while another persona has the floor
+        # The addressing message's seq after a first try that said nothing (a pass, a failure): one more look,
+        # with no pass offered, before the floor is given up.
+        self._must_answer: int | None = None
+        self.own_lines: deque[str] = deque(maxlen=OWN_LINES)  # what this persona said here lately, oldest first
+        # While the model writes: what would make its answer unpostable, and the event that then stops the call.
+        self._overtakes: Callable[[wire.MessageView], bool] | None = None
+        self._overtaken = asyncio.Event()
 
     @property
     def persona(self) -> Persona:
@@ -238,9 +274,10 @@ class ChannelWorker:
 
     async def _load_recent(self) -> None:
         status = await self.runtime.arbiter.status(self.channel_id)
-        after = max(0, status.last_seq - self.runtime.config.window)
-        page = await self.runtime.arbiter.history(self.channel_id, after=after, limit=self.runtime.config.window)
+        after = max(0, status.last_seq - _ARRIVAL_READ)
+        page = await self.runtime.arbiter.history(self.channel_id, after=after, limit=_ARRIVAL_READ)
         self.window.extend(page.messages)
+        self.own_lines.extend(m.text for m in page.messages if m.author_id == self.persona.id)
         self.last_seq = max(status.last_seq, page.next_after)
 
     def _on_event(self, event: dict[str, Any]) -> None:
@@ -251,7 +288,17 @@ class ChannelWorker:
                 return
             self.window.append(message)
             self.last_seq = message.seq
-            if message.author_id != self.persona.id:
+            if message.author_id == self.persona.id:
+                self.own_lines.append(message.text)
+            else:
+                if self._overtakes is not None and self._overtakes(message):
+                    _log.info(
+                        "persona=%s: message %d from %s came while the model wrote; stopping it",
+                        self.persona.id,
+                        message.seq,
+                        message.author_id,
+                    )
+                    self._overtaken.set()
                 self.wake()
         elif kind == "retracted":
             seq = event["seq"]
@@ -261,9 +308,9 @@ class ChannelWorker:
         elif kind == "cleared":
             self.window.clear()
             self.answered = self.last_seq = event.get("last_seq", self.last_seq)
-        elif kind == "level" and self._intent is not None and self._retry is not None:
-            # Waiting for the pool: a claim given back (a pass) refills it long before the retry planned from
-            # the claim's time-to-live, and no message comes to say so.
+        elif kind == "level" and (self._intent is not None or self._floor_wait) and self._retry is not None:
+            # Waiting for the pool, or for another's floor: a claim given back (a pass) refills the pool, and may
+            # give the floor up, long before the retry planned; no message comes to say so.
             self.wake()
 
     # --- taking turns ----------------------------------------------------------------------------------
@@ -271,6 +318,8 @@ class ChannelWorker:
     def _pending(self) -> bool:
         """Is there a message from someone else this persona has not dealt with yet (or a second look due)?"""
         if self._second_look is not None and self._second_look == self.last_seq:
+            return True
+        if self._must_answer is not None:
             return True
         return any(m.seq > self.answered and m.author_id != self.persona.id for m in self.window)
 
@@ -333,8 +382,12 @@ class ChannelWorker:
         newest = window[-1].seq if window else 0
         thread = anchor(window).seq if window else 0
         intent = self._intent[1] if self._intent is not None and self._intent[0] == thread else None
-        plan = plan_turn(self.persona, status, window, runtime.rng, intent=intent)
+        if self.persona.id not in status.priority:
+            self._must_answer = None  # answered, given up, or the floor's time passed: a look like any other
+        second_look = self._second_look == newest
+        plan = plan_turn(self.persona, status, window, runtime.rng, intent=intent, second_look=second_look)
         self._intent = (thread, plan.wanted) if plan.wanted is not None else None
+        self._floor_wait = plan.floor
         _log.debug(
             "persona=%s channel=%s seq=%d level=%d priority=%s held=%s plan=%s",
             self.persona.id,
@@ -345,31 +398,41 @@ class ChannelWorker:
             status.claims_held,
             plan,
         )
-        second_look, self._second_look = self._second_look, None
+        self._second_look = None
         if plan.tier is None:
             if plan.retry_after is not None:
                 self._retry_in(plan.retry_after)
                 return
             self.answered = newest
-            if plan.quiet and second_look != newest:
+            if plan.quiet and not second_look:
                 # A silence is a cue too: look once more after a pause, if nobody else spoke meanwhile.
                 self._second_look = newest
                 self._retry_in(self.runtime.config.base_delay_s * self.runtime.rng.uniform(2.0, 4.0))
             return
-        granted = await self._claim(plan.tier, newest)
+        granted = await self._claim(plan.tier, newest, thread)
         if granted is None:
             return
         self.answered = newest
         self._held = granted.claim_id
         # The claim lapses at expires_at on the arbiter's clock; status.now was read on the same clock.
         lapses = None if granted.expires_at is None else read_at + granted.expires_at - status.now
+        addressed_by = _addressing(self.persona.id, window) if self.persona.id in status.priority else None
+        second_try = addressed_by is not None and self._must_answer == addressed_by
+        spoke = False
         try:
-            await self._generate_and_speak(status, window, granted, lapses)
+            spoke = await self._generate_and_speak(status, window, granted, lapses, allow_pass=not second_try)
         finally:
             if self._held is not None:
                 await self._release(self._held)
+        if addressed_by is not None and not spoke and not second_try:
+            # Asked, and nothing came of it (a pass, a failure, an unusable answer): one more look, with no pass
+            # offered. Its release counted as a try; the arbiter opens the floor after a second.
+            self._must_answer = addressed_by
+            self._retry_in(0.0)
+        elif second_try:
+            self._must_answer = None
 
-    async def _claim(self, tier: Tier, based_on: int) -> wire.ClaimView | None:
+    async def _claim(self, tier: Tier, based_on: int, thread: int) -> wire.ClaimView | None:
         runtime = self.runtime
         result = await runtime.arbiter.claim(self.channel_id, wire.ClaimRequest(tier=tier, based_on_seq=based_on))
         runtime.stats.claims += 1
@@ -377,6 +440,8 @@ class ChannelWorker:
             return result.claim
         runtime.stats.refused_claims += 1
         _log.debug("persona=%s claim of %s refused: %s", self.persona.id, tier, result.reason)
+        if result.reason is wire.RefusalReason.NODDED and tier is not Tier.AIZUCHI:
+            self._intent = (thread, tier)  # someone nods first; then it says what it meant to (the nod wakes it)
         if result.reason is wire.RefusalReason.STALE:
             self.wake()  # look again with fresh context
         elif result.retry_after is not None:
@@ -385,55 +450,91 @@ class ChannelWorker:
         return None
 
     async def _generate_and_speak(
-        self, status: wire.StatusView, window: list[wire.MessageView], claim: wire.ClaimView, lapses: float | None
-    ) -> None:
+        self,
+        status: wire.StatusView,
+        window: list[wire.MessageView],
+        claim: wire.ClaimView,
+        lapses: float | None,
+        *,
+        allow_pass: bool = True,
+    ) -> bool:
+        """One model call on the claim; whether a message was granted (and so the claim spoken)."""
         runtime = self.runtime
-        allowed = _ORDER[: _ORDER.index(claim.tier) + 1]
-        if self.persona.id in status.priority and claim.tier is not Tier.AIZUCHI:
-            allowed = allowed[1:]  # asked something directly: answer it (or pass), not just nod
+        # A nod is claimed as a nod: a claim for a remark (or a long one) says something, or passes. A nod from it
+        # would have been planned without the one-nod-per-message check, and be refused for it.
+        allowed = (Tier.AIZUCHI,) if claim.tier is Tier.AIZUCHI else _ORDER[1 : _ORDER.index(claim.tier) + 1]
         lengths = {str(tier): status.tiers[tier].max_length for tier in allowed}
-        actions = ("pass", *(str(tier) for tier in allowed))
+        actions = ("pass", *(str(tier) for tier in allowed)) if allow_pass else tuple(str(tier) for tier in allowed)
         request = DecisionRequest(
             system=persona_prompt(self.persona) + "\n\n" + rules_prompt(self.persona, actions, lengths, status.topic),
-            turns=(transcript_turn(self.persona, window, status),),
+            turns=(transcript_turn(self.persona, window, status, self.own_lines),),
             actions=actions,  # type: ignore[arg-type]
             max_lengths=lengths,
             time_left_s=self._time_left(lapses),
+            allow_pass=allow_pass,
         )
         if request.time_left_s is not None and request.time_left_s <= 0:
             _log.warning("persona=%s: the claim lapses before a model could answer; passing", self.persona.id)
-            return
+            return False
         async with runtime.platform.typing(self.channel_id):
             runtime.stats.llm_requests += 1
+            addressed = self.persona.id in status.priority
             try:
                 # The provider keeps to time_left_s itself; this only makes sure of it, whatever the provider.
                 async with asyncio.timeout(None if request.time_left_s is None else request.time_left_s + 0.5):
-                    result = await runtime.provider.decide(request)
+                    result = await self._decide_unless_overtaken(
+                        request, lambda message: overtaken_by(message, self.persona.id, claim.tier, addressed=addressed)
+                    )
+                if result is None:
+                    runtime.stats.overtaken += 1
+                    return False
             except TimeoutError:
                 await self._provider_failed(LLMTimeout("no answer while the claim held"))
-                return
+                return False
             except LLMBadOutput as error:
                 runtime.stats.count_usage(error.usage)
                 runtime.stats.wasted += 1
                 await self._report_usage(error.usage)
                 _log.warning("persona=%s: unusable model output: %s", self.persona.id, error)
-                return
+                return False
             except LLMError as error:
                 await self._provider_failed(error)
-                return
+                return False
             await self._provider_answered(result.usage)
             decision = result.decision
             if decision.action == "pass":
                 runtime.stats.passes += 1
-                return
+                return False
             tier = Tier(decision.action)
             text = clean_reply(decision.text, self.persona.names, status.tiers[tier].max_length)
-            earlier = [m.text for m in window] + [m.text for m in self.window if m.author_id == self.persona.id]
-            if not text or repeats(text, earlier):
+            # Not what was just said, nor one of its own recent lines (a model copies, and so does a script).
+            if not text or repeats(text, [*(m.text for m in window), *self.own_lines]):
                 runtime.stats.wasted += 1
                 _log.info("persona=%s: dropped a repeat or empty reply: %r", self.persona.id, text)
-                return
-            await self._speak(claim, tier, text, window[-1].seq if window else 0)
+                return False
+            return await self._speak(claim, tier, text, window[-1].seq if window else 0)
+
+    async def _decide_unless_overtaken(
+        self, request: DecisionRequest, overtakes: Callable[[wire.MessageView], bool]
+    ) -> DecisionResult | None:
+        """The model's decision; or None, the call stopped, when a message arrives that ``overtakes`` it: the
+        arbiter would refuse the answer, so generating the rest of it would be spent for nothing."""
+        self._overtaken.clear()
+        self._overtakes = overtakes
+        call = asyncio.ensure_future(self.runtime.provider.decide(request))
+        stop = asyncio.ensure_future(self._overtaken.wait())
+        try:
+            await asyncio.wait((call, stop), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._overtakes = None
+            stop.cancel()
+            if not call.done():
+                call.cancel()
+            await asyncio.gather(call, stop, return_exceptions=True)
+        if call.cancelled():
+            return None
+        # Finished, though perhaps overtaken at the same moment: then the arbiter refuses it, and it counts as wasted.
+        return call.result()
 
     def _time_left(self, lapses: float | None) -> float | None:
         """Seconds the model may take: up to the claim's lapse (on this clock), less the margin for speaking and
@@ -442,7 +543,8 @@ class ChannelWorker:
             return None
         return round(lapses - self.runtime.config.speak_margin_s - self.runtime.clock(), 3)
 
-    async def _speak(self, claim: wire.ClaimView, tier: Tier, text: str, based_on: int) -> None:
+    async def _speak(self, claim: wire.ClaimView, tier: Tier, text: str, based_on: int) -> bool:
+        """Speak on the claim and post; whether the arbiter granted the message (a failed post is retracted)."""
         runtime = self.runtime
         request = wire.SpeakRequest(text=text, tier=tier, based_on_seq=based_on)
         result = await runtime.arbiter.speak(self.channel_id, claim.claim_id, request)
@@ -451,7 +553,7 @@ class ChannelWorker:
             _log.info("persona=%s: speak refused (%s)", self.persona.id, result.reason)
             if result.reason is wire.RefusalReason.STALE:
                 self.wake()
-            return
+            return False
         self._held = None
         seq = result.message.seq
         try:
@@ -461,10 +563,11 @@ class ChannelWorker:
             _log.warning("persona=%s: post failed (%s); retracting message %d", self.persona.id, error, seq)
             with contextlib.suppress(BotError):
                 await runtime.arbiter.retract(self.channel_id, seq)
-            return
+            return True  # granted: the answer was given, though the platform lost it
         runtime.stats.posted[str(tier)] += 1
         with contextlib.suppress(BotError):
             await runtime.arbiter.link(self.channel_id, seq, posted.platform_message_id)
+        return True
 
     async def _deliver(self, tier: Tier, text: str, seq: int) -> Posted:
         """Post the message; or, for a persona that nods with emoji, react to the message it answers."""

@@ -7,12 +7,12 @@ import unicodedata
 from difflib import SequenceMatcher
 from typing import TYPE_CHECKING
 
-from arbiter.contract import trim_to_length
+from arbiter.contract import display_length
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
-__all__ = ("clean_reply", "has_mention", "is_emoji", "neutralize_mentions", "repeats")
+__all__ = ("clean_reply", "cut_to_length", "has_mention", "is_emoji", "neutralize_mentions", "repeats")
 
 # Discord's mention syntax: users <@123> / <@!123>, roles <@&123>, and the mass pings.
 _MENTION_TOKENS = re.compile(r"<@[!&]?\d+>")
@@ -48,7 +48,125 @@ def clean_reply(text: str, names: Iterable[str], limit: int) -> str:
     if len(text) >= 2 and text[0] in _QUOTES and text[-1] in _QUOTES:
         text = text[1:-1].strip()
     text = " ".join(neutralize_mentions(text).split())
-    return trim_to_length(text, limit)
+    return cut_to_length(text, limit)
+
+
+# Where a sentence ends: the wide marks anywhere, the narrow ones before a space, the end, or a wide character.
+_WIDE_ENDS = "。．！？"
+_NARROW_ENDS = ".!?"
+_CLOSERS = "\"')]}」』）】〕”’"
+_WIDE_CLAUSE_MARKS = "、，；："
+_NARROW_CLAUSE_MARKS = ",;:"
+# Words an English cut should not end on ("... the best part is the").
+_DANGLING_TEXT = "a an the and or but so to of for with in on at by from as that than my your our their its is are was"
+_DANGLING = frozenset(_DANGLING_TEXT.split())
+
+
+def cut_to_length(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` display columns where a person would stop, with no ellipsis.
+
+    Preferably after a sentence (。！？.!?), else at a clause mark (、，,;:), either only if it keeps at least a
+    third of the room; else, for text with spaces, at the last space that fits (never mid-word); else at a character
+    boundary (a character with its combining marks, an emoji sequence, stays whole). Empty only when ``text``
+    is, or when not even its first character fits.
+    """
+    if display_length(text) <= limit:
+        return text
+    sentences, clauses, spaces, characters = _cut_points(text)
+    fits = _longest_fitting(text, limit)
+    for points in (sentences, clauses):
+        best = fits(points)
+        if best is not None and display_length(best) * 3 >= limit:
+            return best
+    wide = sum(1 for char in text if unicodedata.east_asian_width(char) in ("W", "F"))
+    if wide * 2 < len(text):  # mostly spaced text: words stay whole
+        best = fits(spaces)
+        if best is not None:
+            return _without_dangling_words(best)
+    return fits(characters) or ""
+
+
+def _cut_points(text: str) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Where ``text`` may be cut, by kind: after a sentence, before a clause mark, before a space, and between
+    any two characters that do not belong together."""
+    sentences: list[int] = []
+    clauses: list[int] = []
+    spaces: list[int] = []
+    characters: list[int] = []
+    length = len(text)
+    for index, char in enumerate(text):
+        after = text[index + 1] if index + 1 < length else ""
+        before = text[index - 1] if index else ""
+        if index and _may_cut_before(text, index):
+            characters.append(index)
+        if char == " ":
+            spaces.append(index)
+        elif char == "…" or (char == "." and (after == "." or before == ".")):
+            # An ellipsis is a pause, not an end: cut before it, and never leave one at the end.
+            if before not in ".…":
+                clauses.append(index)
+        elif char in _WIDE_ENDS or (
+            char in _NARROW_ENDS
+            and (not after or after.isspace() or after in _CLOSERS or _is_wide(after) or after in _NARROW_ENDS)
+        ):
+            end = index + 1
+            while end < length and (text[end] in _CLOSERS or text[end] in _WIDE_ENDS + _NARROW_ENDS):
+                end += 1
+            if end == index + 1 or text[end - 1] in _CLOSERS:
+                sentences.append(end)
+        elif char in _WIDE_CLAUSE_MARKS or (char in _NARROW_CLAUSE_MARKS and (not after or after.isspace())):
+            clauses.append(index)
+    return sentences, clauses, spaces, characters
+
+
+def _may_cut_before(text: str, index: int) -> bool:
+    char, before = text[index], text[index - 1]
+    if before == "\u200d" or char in "\u200d\ufe0f\ufe0e" or 0x1F3FB <= ord(char) <= 0x1F3FF:
+        return False
+    return unicodedata.category(char) not in ("Mn", "Me")
+
+
+def _is_wide(char: str) -> bool:
+    return unicodedata.east_asian_width(char) in ("W", "F")
+
+
+def _longest_fitting(text: str, limit: int) -> Callable[[list[int]], str | None]:
+    """A function of cut points: the longest head of ``text`` that fits ``limit`` (tidied), or None."""
+    content = any(char.isalnum() for char in text)
+
+    def head_at(point: int) -> str:
+        head = text[:point].rstrip()
+        # No ellipsis and no dangling clause mark at the end.
+        while head and (head.endswith(("...", "…", "..")) or head[-1] in _WIDE_CLAUSE_MARKS + _NARROW_CLAUSE_MARKS):
+            head = head.rstrip(".…" + _WIDE_CLAUSE_MARKS + _NARROW_CLAUSE_MARKS).rstrip()
+        return head
+
+    def usable(head: str) -> bool:
+        return bool(head) and (not content or any(char.isalnum() for char in head))
+
+    def fits(points: list[int]) -> str | None:
+        # Display length grows with the point: find the last point that fits by bisection.
+        low, high = 0, len(points)
+        while low < high:
+            middle = (low + high) // 2
+            if display_length(head_at(points[middle])) <= limit:
+                low = middle + 1
+            else:
+                high = middle
+        for point in reversed(points[:low]):
+            head = head_at(point)
+            if usable(head):
+                return head
+        return None
+
+    return fits
+
+
+def _without_dangling_words(head: str) -> str:
+    words = head.split(" ")
+    while len(words) > 3 and words[-1].casefold() in _DANGLING:
+        words.pop()
+    return " ".join(words).rstrip(_WIDE_CLAUSE_MARKS + _NARROW_CLAUSE_MARKS + " -")
 
 
 def _normal(text: str) -> str:
@@ -70,8 +188,11 @@ def repeats(text: str, earlier: Iterable[str]) -> bool:
         other_normal = _normal(other)
         if normal == other_normal:
             return True
-        if min(len(normal), len(other_normal)) >= 12 and SequenceMatcher(None, normal, other_normal).ratio() > 0.85:
-            return True
+        if min(len(normal), len(other_normal)) >= 12:
+            matcher = SequenceMatcher(None, normal, other_normal)
+            # The quick ratios are upper bounds of the ratio: most lines are told apart without computing it.
+            if matcher.real_quick_ratio() > 0.85 and matcher.quick_ratio() > 0.85 and matcher.ratio() > 0.85:
+                return True
     return False
 
 

@@ -20,7 +20,7 @@ from arbiter import contract as wire
 from bots.errors import BotError, PostFailed
 from bots.llm.base import CompletionRequest, LLMError, ToolResult, ToolSpec, Turn
 from bots.planner import blocked, stale
-from bots.prompt import LANGUAGE_NAMES, length_in_words, persona_prompt
+from bots.prompt import COLUMNS_NOTE, LANGUAGE_NAMES, length_limit, persona_prompt
 from bots.runtime import ChannelWorker, PersonaRuntime
 from bots.text import neutralize_mentions
 
@@ -68,11 +68,11 @@ def _instructions(runtime: PersonaRuntime, status: wire.StatusView) -> str:
         "1. Call history and read what has been said; never repeat it.\n"
         "2. Call status to see the resource level.\n"
         f"3. Choose a length: a short nod costs {aizuchi.cost}"
-        f" (at most {length_in_words(persona, aizuchi.max_length)});"
-        f" a remark costs {remark.cost} (at most {length_in_words(persona, remark.max_length)}),"
+        f" ({length_limit(aizuchi.max_length)});"
+        f" a remark costs {remark.cost} ({length_limit(remark.max_length)}),"
         " only when you add an opinion and the level allows it;"
-        f" a long remark costs {long.cost} (at most {length_in_words(persona, long.max_length)}),"
-        " only to start a new topic.\n"
+        f" a long remark costs {long.cost} ({length_limit(long.max_length)}),"
+        f" only to start a new topic. {COLUMNS_NOTE}\n"
         "4. Call consume with that amount and your message. Then stop.\n"
         f"Write in {LANGUAGE_NAMES[persona.language]}. Plain text, no @-mentions."
     )

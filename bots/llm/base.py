@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "ACTIONS",
+    "COLUMNS_NOTE",
     "DECIDE_TOOL",
     "Action",
     "ChatProvider",
@@ -63,6 +64,7 @@ __all__ = (
     "decision_schema",
     "decision_tool",
     "error_for_status",
+    "length_limit",
     "parse_decision",
     "parse_decision_json",
     "retry_after_from_headers",
@@ -204,10 +206,10 @@ class Decision:
 class DecisionRequest:
     """Ask the model what to do now.
 
-    ``actions`` are what the persona may choose (what it can afford); "pass" is always allowed and added if
-    missing. ``max_lengths`` gives each tier's maximum length in display columns (a wide character counts 2),
-    for the instructions; the provider does not trim, the runtime does. ``max_tokens`` and ``time_left_s`` as
-    in :class:`CompletionRequest`.
+    ``actions`` are what the persona may choose (what it can afford); "pass" is added if missing, unless
+    ``allow_pass`` is off (an addressed persona's second try: it must answer). ``max_lengths`` gives each
+    tier's maximum length in display columns (a wide character counts 2), for the instructions; the provider
+    does not trim, the runtime does. ``max_tokens`` and ``time_left_s`` as in :class:`CompletionRequest`.
     """
 
     system: str
@@ -216,13 +218,17 @@ class DecisionRequest:
     max_lengths: Mapping[str, int] = field(default_factory=dict)
     max_tokens: int | None = None
     time_left_s: float | None = None
+    allow_pass: bool = True
 
     def __post_init__(self) -> None:
         _check_time_left(self.time_left_s)
         unknown = [action for action in self.actions if action not in ACTIONS]
         if unknown:
             raise ValueError(f"unknown actions {unknown!r}; known: {ACTIONS!r}")
-        actions = tuple(dict.fromkeys(("pass", *self.actions)))
+        offered = ("pass", *self.actions) if self.allow_pass else self.actions
+        actions = tuple(dict.fromkeys(action for action in offered if self.allow_pass or action != "pass"))
+        if not actions:
+            raise ValueError("a decision needs at least one action to choose from")
         object.__setattr__(self, "actions", actions)
         object.__setattr__(self, "max_lengths", MappingProxyType(dict(self.max_lengths)))
 
@@ -412,18 +418,40 @@ def _retry_wait(error: LLMError, retries: int, max_retries: int, timeout_s: floa
 # --- the structured decision ----------------------------------------------------------------------------
 
 
+# How every length is stated to a model, in the unit the arbiter counts: the same words in the prompt, the decide
+# tool's description and the decision schema.
+COLUMNS_NOTE = "Lengths are in columns: a Japanese, Chinese or Korean character takes 2, any other character 1."
+
+
+def length_limit(columns: int) -> str:
+    """A length limit in words: "at most 120 columns" (see COLUMNS_NOTE)."""
+    return f"at most {columns} columns"
+
+
 def decision_instructions(request: DecisionRequest) -> str:
     """What the model is asked to choose, in words; used as the decide tool's description or in the prompt."""
     lines = ["Decide your next move in the conversation. Choose one action:"]
     for action in request.actions:
         limit = request.max_lengths.get(action)
-        bound = f" (at most {limit} columns)" if limit is not None and action != "pass" else ""
+        bound = f" ({length_limit(limit)})" if limit is not None and action != "pass" else ""
         lines.append(f"- {action}: {_ACTION_MEANING[action]}{bound}")
     lines.append(
         "Put exactly what you say in text, in your own voice, without your name in front; leave text empty when"
-        " you pass. A wide character (Japanese, Chinese, Korean) counts as 2 columns."
+        " you pass."
     )
+    if any(action != "pass" for action in request.max_lengths):
+        lines.append(COLUMNS_NOTE)
     return "\n".join(lines)
+
+
+def _text_description(request: DecisionRequest) -> str:
+    limits = [
+        f"{action} {length_limit(limit)}"
+        for action in request.actions
+        if action != "pass" and (limit := request.max_lengths.get(action)) is not None
+    ]
+    within = f", within the action's length ({'; '.join(limits)})" if limits else ""
+    return f"what you say{within}; empty when you pass"
 
 
 def decision_schema(request: DecisionRequest) -> dict[str, Any]:
@@ -436,7 +464,7 @@ def decision_schema(request: DecisionRequest) -> dict[str, Any]:
                 "enum": list(request.actions),
                 "description": "what you do now; 'pass' stays silent",
             },
-            "text": {"type": "string", "description": "what you say; empty when you pass"},
+            "text": {"type": "string", "description": _text_description(request)},
         },
         "required": ["action", "text"],
         "additionalProperties": False,

@@ -118,7 +118,7 @@ async def _retract_a_human_message(client: ArbiterClient, live: Live) -> object:
 
 async def _link_an_id_twice(client: ArbiterClient, live: Live) -> object:
     one = await live.service.consume(CHANNEL, "aoi", "one", tier=Tier.AIZUCHI)
-    two = await live.service.consume(CHANNEL, "aoi", "two", tier=Tier.AIZUCHI)
+    two = await live.service.consume(CHANNEL, "aoi", "two", tier=Tier.REMARK)  # a nod to a nod is refused
     await client.link(CHANNEL, one.message.seq, "discord-7")
     return await client.link(CHANNEL, two.message.seq, "discord-7")
 

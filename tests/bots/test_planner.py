@@ -93,6 +93,7 @@ class Line:
     seq: int = 0
     addressed: list[str] = field(default_factory=list)
     age: float | None = None  # seconds before NOW it was said (default: a little over a minute and a half)
+    text: str | None = None  # default: "message <seq> from <author>", a plain statement
 
     def view(self, seq: int) -> MessageView:
         human = self.tier is None
@@ -101,7 +102,7 @@ class Line:
             author_id=self.author,
             author_kind=AuthorKind.HUMAN if human else AuthorKind.PERSONA,
             author_name=self.author.title(),
-            text=f"message {seq} from {self.author}",
+            text=self.text or f"message {seq} from {self.author}",
             at=NOW - 100 + seq if self.age is None else NOW - self.age,
             tier=self.tier,
             addressed=self.addressed,
@@ -333,28 +334,52 @@ CASES = [
         None,
     ),
     (
-        "two-nods-on-their-way-are-acknowledgement-enough",
+        "one-nod-on-its-way-is-acknowledgement-enough",
         {"talkativeness": 1.0, "agreeableness": 1.0},
-        status(claims_held={Tier.AIZUCHI: 2}),
+        status(claims_held={Tier.AIZUCHI: 1}),
         (HUMAN, Line(ME, REMARK), HUMAN, Line(ME, REMARK), HUMAN),
         (0.0,),
         None,
     ),
     (
-        "someone-else-was-addressed-so-it-only-nods",
-        {"talkativeness": 1.0, "openness": 0.0},
-        status(priority=("ben",)),
-        (Line("yui", addressed=["ben"]),),
-        (0.0, 0.999),
+        "a-quiet-agreeable-persona-nods-to-a-human",
+        {"talkativeness": 0.0, "agreeableness": 1.0},
+        status(),
+        (HUMAN,),
+        (0.5,),
         NOD,
     ),
     (
-        "someone-else-was-addressed-and-nods-are-already-coming",
-        {"talkativeness": 1.0, "openness": 0.0},
-        status(priority=("ben",), claims_held={Tier.AIZUCHI: 2}),
-        (Line("yui", addressed=["ben"]),),
-        (0.0, 0.999),
+        "no-nod-while-someone-is-about-to-speak",
+        {"talkativeness": 0.0, "agreeableness": 1.0},
+        status(claims_held={Tier.REMARK: 1}),
+        (HUMAN,),
+        (0.5,),
         None,
+    ),
+    (
+        "someone-else-was-addressed-so-it-waits-without-even-a-nod",
+        {"talkativeness": 1.0, "agreeableness": 1.0},
+        status(priority=("ben",)),
+        (Line("yui", addressed=["ben"]),),
+        (),
+        None,
+    ),
+    (
+        "asked-to-explain-it-answers-at-length",
+        {"openness": 0.0},
+        status(priority=(ME,)),
+        (Line("yui", addressed=[ME], text="Aoi, why do you like mornings?"),),
+        (),
+        LONG,
+    ),
+    (
+        "a-question-to-everyone-is-likely-answered",
+        {"talkativeness": 0.0, "agreeableness": 0.0, "openness": 0.0},
+        status(),
+        (HUMAN, Line(ME, REMARK), Line("ben", NOD), Line("yui", text="Does anyone here play chess?")),
+        (0.5, 0.999),
+        REMARK,
     ),
     (
         "a-long-remark-too-dear-a-remark-will-do",
@@ -473,3 +498,32 @@ def test_wait_for_is_the_time_until_the_listed_refunds_cover_the_cost(
 )
 def test_anchor_is_the_newest_human_message_or_remark(lines: tuple[Line, ...], anchored: int) -> None:
     assert anchor(window(*lines)).seq == anchored
+
+
+def test_while_another_persona_has_the_floor_the_others_wait_until_it_ends() -> None:
+    seen = status(priority=("ben",)).model_copy(update={"priority_until": NOW + 12.5})
+
+    plan = plan_turn(persona(talkativeness=1.0), seen, window(Line("yui", addressed=["ben"])), Dice())
+
+    assert (plan.tier, plan.retry_after, plan.floor) == (None, 12.5, True)
+
+
+@pytest.mark.parametrize(("second_look", "tier"), [(False, None), (True, REMARK)])
+def test_a_question_to_everyone_still_unanswered_after_a_silence_is_answered(
+    second_look: bool, tier: Tier | None
+) -> None:
+    question = Line("yui", text="What should I cook tonight?")
+    quiet = persona(talkativeness=0.0, agreeableness=0.0, openness=0.0)
+
+    plan = plan_turn(quiet, status(), window(question), Dice(0.9, 0.999), second_look=second_look)
+
+    assert plan.tier is tier, plan
+
+
+def test_a_question_someone_answered_already_is_not_answered_again_on_the_second_look() -> None:
+    lines = window(Line("yui", text="What should I cook tonight?"), Line("ben", REMARK))
+    quiet = persona(talkativeness=0.0, agreeableness=0.0, openness=0.0)
+
+    plan = plan_turn(quiet, status(), lines, Dice(0.9), second_look=True)
+
+    assert plan.tier is None

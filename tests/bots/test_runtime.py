@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from arbiter import contract as wire
 from arbiter.contract import AuthorKind, Tier, display_length
 from bots.llm import LLMUnavailable, ScriptedProvider, create_provider
+from bots.runtime import overtaken_by
 from tests.bots.conftest import CHANNEL
 from tests.support.fleet import FAST, RecordingProvider, eventually, make_persona, mentions_in
-from tests.support.llm_server import FAKE_KEY, FAKE_KEY_ENV, decision_reply, fake_profile
+from tests.support.llm_server import FAKE_KEY, FAKE_KEY_ENV, decision_reply, error, fake_profile
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -36,6 +38,11 @@ def scripted(persona: Persona, *, seed: int = 1) -> RecordingProvider:
 def on_fake(server: FakeLLMServer) -> RecordingProvider:
     """The real OpenAI SDK adapter, pointed at the fake server: the test scripts exactly what the model says."""
     return RecordingProvider(create_provider(fake_profile(server, "openai", max_retries=0), {FAKE_KEY_ENV: FAKE_KEY}))
+
+
+def eager(persona_id: str) -> Persona:
+    """A persona that takes every turn it may: it answers whenever the floor is open to it."""
+    return make_persona(persona_id, talkativeness=1.0, extraversion=1.0, agreeableness=1.0)
 
 
 def says(tier: str, text: str) -> Reply:
@@ -76,15 +83,16 @@ async def test_an_addressed_persona_looks_claims_generates_speaks_and_posts(live
     assert (reply.author_id, reply.text, reply.seq) == ("aoi", post.text, asked + 1)
     assert reply.tier is Tier.REMARK  # addressed: it claimed a remark, and the scripted model used it
     await eventually(lambda: _linked(live, reply.seq, post.platform_message_id), what="the platform id linked")
-    # The order of the issue: status, claim, (one LLM call), its usage, speak, then the post's platform id.
+    # The order of the issue: status, claim, (one LLM call), speak, then the post's platform id. The scripted
+    # stand-in costs nothing, so there is no usage to report.
     calls = [call for call in live.log.of("aoi") if call != ("GET", "events")]
-    assert calls[-5:] == [
+    assert calls[-4:] == [
         ("GET", "status"),
         ("POST", "claims"),
-        ("POST", "usage"),
         ("POST", "claims/speak"),
         ("PUT", "messages/platform-id"),
     ]
+    assert ("POST", "usage") not in calls
     assert provider.calls == runtime.stats.llm_requests == 1
     assert ("aoi", CHANNEL) in live.room.typing  # it showed it was typing while it generated
     assert await claim_of(live, "aoi") is None
@@ -96,19 +104,34 @@ async def _linked(live: Live, seq: int, platform_id: str) -> bool:
     return any(m.seq == seq and m.platform_message_id == platform_id for m in history)
 
 
-async def test_token_usage_of_each_call_is_reported_to_the_arbiter(live: Live) -> None:
+async def test_token_usage_of_each_call_is_reported_to_the_arbiter(fake_llm: FakeLLMServer, live: Live) -> None:
+    fake_llm.script(says("long", "Quiet. A long walk, a short nap, and far too much tea."))
     aoi = make_persona("aoi")
-    runtime = await live.start(aoi, scripted(aoi), CHANNEL)
+    runtime = await live.start(aoi, on_fake(fake_llm), CHANNEL)
 
     await live.say(CHANNEL, "Aoi, tell me about your weekend.")
     await eventually(lambda: live.room.posts, what="a post")
     stats = runtime.stats
 
     async def reported() -> bool:
-        return (await live.status(CHANNEL)).tokens_today == stats.prompt_tokens + stats.completion_tokens
+        return (await live.status(CHANNEL)).tokens_today == 21 + 7  # what the API said the call used
 
-    assert stats.prompt_tokens > 0
-    await eventually(reported, what="tokens_today matches what the provider counted")
+    assert (stats.prompt_tokens, stats.completion_tokens) == (21, 7)
+    await eventually(reported, what="tokens_today matches what the API counted")
+
+
+async def test_the_offline_stand_in_costs_nothing_so_it_never_spends_the_budget(live: Live) -> None:
+    await live.service.update_settings(CHANNEL, {"daily_token_budget": 1})
+    aoi = make_persona("aoi")
+    runtime = await live.start(aoi, scripted(aoi), CHANNEL)
+
+    for answered, question in enumerate(("Aoi, tell me about your weekend.", "Aoi, and the one before?"), start=1):
+        await live.say(CHANNEL, question)
+        await eventually(lambda answered=answered: len(live.room.posts) == answered, what="aoi's answer")
+
+    # A budget of one token, and both questions answered: the stand-in reported nothing to spend.
+    assert (await live.status(CHANNEL)).tokens_today == 0
+    assert runtime.stats.prompt_tokens == runtime.stats.completion_tokens == 0
 
 
 async def test_a_pass_releases_the_claim_and_posts_nothing(fake_llm: FakeLLMServer, live: Live) -> None:
@@ -141,7 +164,7 @@ async def test_the_model_is_offered_what_the_claim_covers_with_the_channels_leng
     # Addressed, it claimed a remark: it may answer or pass (a mere nod would not answer the question).
     assert request.actions == ("pass", "remark")
     assert dict(request.max_lengths) == {"remark": 90}  # the channel's length, from the arbiter
-    assert "at most 90 characters" in request.system
+    assert "at most 90 columns" in request.system
     reply = persona_lines(await live.history(CHANNEL))[-1]
     assert (reply.tier, reply.cost, reply.text) == (Tier.REMARK, 60, "Mm, ramen it is.")
 
@@ -384,6 +407,84 @@ async def test_messages_during_a_generation_make_exactly_one_more_look_that_answ
     assert await claim_of(live, "aoi") is None
 
 
+@pytest.mark.parametrize(
+    ("interruption", "stopped"),
+    [
+        pytest.param("Aoi, what would you cook?", True, id="a-person-asks-someone-else"),
+        pytest.param("Ben, what would you cook?", False, id="a-person-asks-it"),
+        pytest.param("Aoi and Ben, what would you cook?", False, id="a-person-asks-it-and-another"),
+        pytest.param("Something with noodles, maybe.", False, id="a-plain-statement"),
+    ],
+)
+async def test_a_remark_a_new_question_to_someone_else_overtakes_is_stopped_unwritten(
+    live: Live, interruption: str, stopped: bool
+) -> None:
+    ben = eager("ben")
+    provider = scripted(ben)
+    provider.hold()
+    runtime = await live.start(ben, provider, CHANNEL)
+    await live.say(CHANNEL, "What should we cook tonight, everyone?")
+    await eventually(lambda: provider.waiting == 1, what="ben writing")
+    claim = await claim_of(live, "ben")
+    assert claim is not None and claim.tier is not Tier.AIZUCHI  # type: ignore[attr-defined]
+
+    interrupted = await live.say(CHANNEL, interruption)
+
+    if stopped:
+        # Its answer could not come before Aoi's: the call is stopped (the provider saw it cancelled) and the
+        # claim given back at once, without waiting for the model to finish.
+        await eventually(lambda: runtime.stats.overtaken == 1, what="the call stopped")
+        assert provider.waiting == 0 and provider.answers == []
+        await eventually(lambda: _no_claim(live, "ben"), what="the claim given back")
+        assert runtime.stats.wasted == 0
+        assert not await spoken_after(live, interrupted - 1, "ben")
+    else:
+        provider.open()
+        await eventually(lambda: spoken_after(live, interrupted, "ben"), what="ben's answer posted")
+        await live.settled(CHANNEL)
+        assert runtime.stats.overtaken == 0
+        assert runtime.stats.wasted == 0
+
+
+def _said(author: str, *, human: bool = True, addressed: tuple[str, ...] = ()) -> wire.MessageView:
+    return wire.MessageView(
+        seq=9,
+        author_id=author,
+        author_kind=AuthorKind.HUMAN if human else AuthorKind.PERSONA,
+        author_name=author.title(),
+        text="something",
+        at=0.0,
+        tier=None if human else Tier.REMARK,
+        addressed=list(addressed),
+    )
+
+
+@pytest.mark.parametrize(
+    ("message", "tier", "addressed", "overtaken"),
+    [
+        # A nod is for the latest message: anything someone else says first leaves it nodding at the wrong one.
+        pytest.param(_said("yui"), Tier.AIZUCHI, False, True, id="nod-a-person-speaks"),
+        pytest.param(_said("aoi", human=False), Tier.AIZUCHI, False, True, id="nod-a-persona-speaks"),
+        pytest.param(_said("ben", human=False), Tier.AIZUCHI, False, False, id="nod-its-own-message"),
+        # A remark gives way to the floor of someone a person asks; nothing else stops it.
+        pytest.param(_said("yui", addressed=("aoi",)), Tier.REMARK, False, True, id="remark-someone-else-asked"),
+        pytest.param(_said("yui", addressed=("aoi",)), Tier.LONG, False, True, id="long-someone-else-asked"),
+        pytest.param(_said("yui", addressed=("aoi",)), Tier.REMARK, True, False, id="remark-it-has-the-floor-too"),
+        pytest.param(_said("yui", addressed=("ben",)), Tier.REMARK, False, False, id="remark-it-is-asked"),
+        pytest.param(_said("yui"), Tier.REMARK, False, False, id="remark-a-plain-statement"),
+        pytest.param(_said("aoi", human=False, addressed=("cho",)), Tier.REMARK, False, False, id="remark-a-persona"),
+    ],
+)
+def test_what_overtakes_an_answer_being_written(
+    message: wire.MessageView, tier: Tier, addressed: bool, overtaken: bool
+) -> None:
+    assert overtaken_by(message, "ben", tier, addressed=addressed) is overtaken
+
+
+async def _no_claim(live: Live, persona_id: str) -> bool:
+    return await claim_of(live, persona_id) is None
+
+
 # --- what reaches the platform -----------------------------------------------------------------------------
 
 
@@ -407,8 +508,10 @@ async def test_a_reply_longer_than_its_tier_is_trimmed_to_the_tier(
 
     [post] = live.room.posts
     assert display_length(post.text) <= 40  # display columns: a Japanese character counts two
-    assert display_length(post.text) >= 30  # cut near the limit, not emptied
-    assert text.startswith(post.text.rstrip("…").rstrip())
+    assert display_length(post.text) >= 20  # cut near the limit, not emptied
+    # At a clause or a word boundary, never mid-word and with no "..." put in.
+    assert text.startswith(post.text) and "…" not in post.text
+    assert text[len(post.text)] in " 、,。."
     assert persona_lines(await live.history(CHANNEL))[-1].text == post.text
 
 
@@ -556,7 +659,8 @@ def check_every_generation_was_claimed_and_used(
         assert provider.calls == stats.llm_requests
         assert stats.llm_requests == stats.claims - stats.refused_claims, persona_id  # no LLM call without a claim
         assert stats.wasted == 0, persona_id  # every generation posted ...
-        assert stats.llm_requests == sum(stats.posted.values()) + stats.passes, persona_id  # ... or a deliberate pass
+        # ... or a deliberate pass, or stopped when a message came that it could no longer be said after
+        assert stats.llm_requests == sum(stats.posted.values()) + stats.passes + stats.overtaken, persona_id
         calls = [call for call in live.log.of(persona_id) if call != ("GET", "events")]
         for index, call in enumerate(calls):
             if call == ("POST", "claims"):
@@ -617,9 +721,9 @@ async def test_a_message_that_arrives_while_a_persona_generates_is_answered(live
     first = await live.say(CHANNEL, "Aoi, how was the concert?")
     await eventually(lambda: aoi_provider.waiting == 1, what="aoi generating")
     ben = trio["ben"][0]
-    worker = ben.join(CHANNEL)
-    # Ben may nod to the first question (or not); let him finish with it before the next one comes.
-    await eventually(lambda: worker.idle and worker.answered >= first, what="ben done with the first message")
+    # Aoi has the floor: Ben looks, and waits for her answer without so much as a nod.
+    await eventually(lambda: ben.stats.looks >= 1, what="ben looks at the first message")
+    assert not await spoken_after(live, first)
     calls, looks = ben_provider.calls, ben.stats.looks
     asked = await live.say(CHANNEL, "Ben, were you there too?")
     # Ben looks while Aoi's claim holds the pool: a remark is not affordable, so no claim and no LLM call.
@@ -632,3 +736,67 @@ async def test_a_message_that_arrives_while_a_persona_generates_is_answered(live
     assert "Ben, were you there too?" in ben_provider.decisions[-1].turns[-1].text
     await live.settled(CHANNEL)
     check_every_generation_was_claimed_and_used(live, trio)
+
+
+# --- the addressed persona answers first ---------------------------------------------------------------------
+
+
+def offered(body: dict[str, Any]) -> list[str]:
+    """The actions a request to the OpenAI wire format offered in its decide tool."""
+    [tool] = body["tools"]
+    return list(tool["function"]["parameters"]["properties"]["action"]["enum"])
+
+
+async def test_an_addressed_persona_that_passes_looks_once_more_without_a_pass_and_answers(
+    fake_llm: FakeLLMServer, live: Live
+) -> None:
+    fake_llm.script(says("pass", ""), says("remark", "Fine, fine: ramen."))
+    aoi = make_persona("aoi")
+    await live.start(aoi, on_fake(fake_llm), CHANNEL)
+    ben = await live.start(eager("ben"), scripted(eager("ben")), CHANNEL, seed=3)
+
+    asked = await live.say(CHANNEL, "Aoi, ramen or udon?")
+    await eventually(lambda: spoken_after(live, asked, "aoi"), what="aoi's answer")
+    await live.settled(CHANNEL)
+
+    first, second = fake_llm.bodies("openai")
+    assert "pass" in offered(first)
+    assert "pass" not in offered(second)  # the second look must answer
+    after = [m for m in persona_lines(await live.history(CHANNEL)) if m.seq > asked]
+    assert (after[0].author_id, after[0].text) == ("aoi", "Fine, fine: ramen.")  # nobody, not even a nod, before
+    assert ben.stats.llm_requests == len(after) - 1
+
+
+async def test_when_the_addressed_persona_fails_twice_the_floor_opens_and_another_answers(
+    fake_llm: FakeLLMServer, live: Live
+) -> None:
+    fake_llm.script(error(500, "down"), error(500, "still down"))
+    await live.start(make_persona("aoi"), on_fake(fake_llm), CHANNEL)
+    ben_persona = eager("ben")
+    ben = await live.start(ben_persona, scripted(ben_persona), CHANNEL, seed=3)
+
+    asked = await live.say(CHANNEL, "Aoi, what's 17 times 3?")
+    await eventually(lambda: spoken_after(live, asked, "ben"), within=10.0, what="ben answers instead")
+
+    assert len(fake_llm.requests) == 2  # aoi tried twice (one retry after her back-off) before giving up
+    [answer] = [m for m in persona_lines(await live.history(CHANNEL)) if m.seq > asked and m.tier is not Tier.AIZUCHI]
+    assert answer.author_id == "ben" and "51" in answer.text
+    assert ben.stats.wasted == 0
+
+
+async def test_a_line_said_within_the_personas_last_thirty_is_not_posted_again(
+    fake_llm: FakeLLMServer, live: Live
+) -> None:
+    aoi = make_persona("aoi")
+    said_long_ago = "I'd rather walk than take the bus."
+    await live.service.consume(CHANNEL, "aoi", said_long_ago, tier=Tier.REMARK)
+    for index in range(20):  # enough that the line is long out of the 16-message window
+        await live.say(CHANNEL, f"filler {index}")
+    fake_llm.script(says("remark", said_long_ago))
+    runtime = await live.start(aoi, on_fake(fake_llm), CHANNEL)
+
+    await live.say(CHANNEL, "Aoi, bus or walk?")
+    await eventually(lambda: runtime.stats.wasted == 1, what="the repeat dropped")
+
+    assert live.room.posts == []
+    assert await claim_of(live, "aoi") is None

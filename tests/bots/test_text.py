@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from arbiter.contract import display_length
-from bots.text import clean_reply, has_mention, neutralize_mentions, repeats
+from bots.text import clean_reply, cut_to_length, has_mention, neutralize_mentions, repeats
 
 NAMES = ("Aoi", "あおい")
 # What Discord turns into a ping, written independently of bots.text.
@@ -92,18 +92,75 @@ def test_clean_reply(text: str, expected: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "limit"),
+    ("text", "limit", "expected"),
     [
-        pytest.param("The quick brown fox jumps over the lazy dog, twice, before breakfast.", 24, id="en"),
-        pytest.param("山に行くのが一番だと思うけど、海もいいよね。", 20, id="ja-counts-two-columns"),
-        pytest.param("<@1> The quick brown fox jumps over the lazy dog again and again.", 30, id="ping-then-trim"),
+        pytest.param(
+            "Sure! That works for me, as long as we leave early enough to catch the train.",
+            30,
+            "Sure! That works for me",
+            id="en-clause",
+        ),
+        pytest.param(
+            "I love it. The real trouble with distributed systems is that every node believes it is right.",
+            60,
+            "I love it. The real trouble with distributed systems",
+            id="en-a-tiny-sentence-gives-way-to-the-last-whole-word",
+        ),
+        pytest.param(
+            "Honestly, I think so. But then again who knows what happens next week with all of this.",
+            40,
+            "Honestly, I think so.",
+            id="en-sentence",
+        ),
+        pytest.param(
+            "Well... I think the best part is the ending, really.",
+            30,
+            "Well... I think the best part",
+            id="en-ellipsis-kept-inside",
+        ),
+        pytest.param("The quick brown fox jumps over the lazy dog again.", 24, "The quick brown fox", id="en-word"),
+        pytest.param("I went there and", 12, "I went there", id="en-no-dangling-and"),
+        pytest.param("Supercalifragilistic", 10, "Supercalif", id="en-one-long-word"),
+        pytest.param("山に行くのが一番。だと思うけど、海もいいよね。", 20, "山に行くのが一番。", id="ja-sentence"),
+        pytest.param(
+            "山に行くのが一番だと思うけど、海もいいよね。", 30, "山に行くのが一番だと思うけど", id="ja-clause"
+        ),
+        pytest.param("えっ、マジ?それ絶対締め切り前にやるやつじゃん!", 24, "えっ、マジ?", id="ja-narrow-question-mark"),
+        pytest.param(
+            "山に行くのが一番だと思うけど海もいいよね", 20, "山に行くのが一番だと", id="ja-no-boundary-whole-characters"
+        ),
+        pytest.param("そうだね……でも海のほうが好きかな、やっぱり。", 16, "そうだね", id="ja-no-trailing-ellipsis"),
+        pytest.param(
+            "<@1> The quick brown fox jumps over the lazy dog again and again.",
+            30,
+            "The quick brown fox jumps over",
+            id="ping-then-cut",
+        ),
     ],
 )
-def test_clean_reply_trims_to_the_limit_in_display_columns(text: str, limit: int) -> None:
+def test_a_reply_too_long_is_cut_where_a_person_would_stop(text: str, limit: int, expected: str) -> None:
     cleaned = clean_reply(text, NAMES, limit)
 
-    assert 0 < display_length(cleaned) <= limit
-    assert cleaned.endswith("…")  # the cut is marked
+    assert cleaned == expected
+    assert display_length(cleaned) <= limit
+    assert not cleaned.endswith(("…", "..."))
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "expected"),
+    [
+        pytest.param("cafe\u0301 au lait", 5, "cafe\u0301", id="a-combining-accent-stays"),
+        pytest.param(
+            "ab\U0001f468\u200d\U0001f469\u200d\U0001f467cd",
+            4,
+            "ab\U0001f468\u200d\U0001f469\u200d\U0001f467",
+            id="an-emoji-family-stays-whole",
+        ),
+        pytest.param("あいうえお", 1, "", id="not-even-one-character-fits"),
+    ],
+)
+def test_a_cut_keeps_characters_whole(text: str, limit: int, expected: str) -> None:
+    assert cut_to_length(text, limit) == expected
 
 
 def test_clean_reply_keeps_a_reply_that_fits_exactly() -> None:
@@ -119,6 +176,20 @@ def test_clean_reply_always_fits_and_never_pings(text: str, limit: int) -> None:
     assert display_length(cleaned) <= limit
     assert not has_mention(cleaned)
     assert "\n" not in cleaned
+
+
+@given(
+    st.text(alphabet=st.sampled_from("abc xyz.,!?、。！？あいう漢字…"), min_size=1, max_size=200), st.integers(2, 80)
+)
+def test_a_cut_never_empties_a_reply_or_ends_in_an_ellipsis(text: str, limit: int) -> None:
+    cut = cut_to_length(text, limit)
+
+    assert display_length(cut) <= limit
+    if text[:1].isalnum():
+        assert cut  # something was said and its first character fits: something is left
+    if cut != text:
+        assert not cut.endswith(("…", "..")), cut
+        assert text.startswith(cut)
 
 
 # --- repeats -----------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ pool and the idle cap allow must agree."""
 
 from __future__ import annotations
 
-from functools import partial
+import itertools
 from typing import TYPE_CHECKING
 
 from arbiter.contract import AuthorKind, Tier
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from tests.support.fake_discord import FakeDiscord
     from tests.support.fleet import Live
 
-# The personas' choices are seeded; with this seed (as with the others tried) kai and mio both nod.
+# The personas' choices are seeded.
 SEED = 0
 
 
@@ -36,20 +36,25 @@ def trio(world: World) -> list[Persona]:
 async def test_a_human_speaks_and_the_personas_answer_and_nod_within_the_pool_until_the_idle_cap(
     fake: FakeDiscord, world: World, live: Live
 ) -> None:
-    channel = {"idle_cap": 3, "tiers": SLOW_REFUNDS}
+    # Room in the pool for three turns whatever they are; refunds slow enough to see what each cost.
+    channel = {"idle_cap": 3, "capacity": 300, "tiers": SLOW_REFUNDS}
     async with discord_fleet(world, live, trio(world), channel=channel, seed=SEED) as fleet:
-        # Every persona thinks until all three have claimed their turn, then they post one by one: the order of
-        # the moves is the test's, what each persona decides is its own (seeded).
+        # Every persona thinks until the test lets it answer: the order of the moves is the test's, what each
+        # persona decides is its own (seeded).
         for provider in fleet.providers.values():
             provider.hold()
         asked = await fake.human_says(
             world.lounge, world.member, "what should we cook tonight?", mentions=[world.personas["hana"]]
         )
-        await eventually(lambda: all(p.waiting == 1 for p in fleet.providers.values()), what="all three generating")
-        assert (await fleet.status()).claims_held == {Tier.REMARK: 1, Tier.AIZUCHI: 2}
-        for persona_id in ("hana", "kai", "mio"):
-            fleet.providers[persona_id].open()
-            await eventually(partial(fleet.posted_by, persona_id), what=f"{persona_id} posts")
+        await eventually(lambda: fleet.providers["hana"].waiting == 1, what="hana generating")
+        others = [fleet.runtimes[pid] for pid in ("kai", "mio")]
+        await eventually(lambda: all(r.stats.looks >= 1 for r in others), what="kai and mio look")
+        # She was asked: the others wait for her answer, without so much as a nod.
+        assert (await fleet.status()).claims_held == {Tier.REMARK: 1}
+        assert all(r.stats.llm_requests == 0 for r in others)
+        for provider in fleet.providers.values():
+            provider.open()
+        await eventually(lambda: len(fleet.persona_posts()) == 3, what="three persona messages")
         await fleet.settled()
 
         history = await fleet.history()
@@ -70,21 +75,19 @@ async def test_a_human_speaks_and_the_personas_answer_and_nod_within_the_pool_un
         (world.persona_of(m.author), m.content, str(m.id)) for m in posts
     ]
 
-    # The persona asked answers; the others nod while she has the floor.
-    assert [(line.author_id, line.tier) for line in lines] == [
-        ("hana", Tier.REMARK),
-        ("kai", Tier.AIZUCHI),
-        ("mio", Tier.AIZUCHI),
-    ]
+    # The persona asked answers first; after her, at most one nod follows any message.
+    assert (lines[0].author_id, lines[0].tier) == ("hana", Tier.REMARK)
+    assert not any(a.tier is b.tier is Tier.AIZUCHI for a, b in itertools.pairwise(lines))
 
     # Nobody was pinged by a persona, though hana's lines all had pings in them.
     assert not any(m.live_mentions or m.mentions for m in posts)
     assert not any(marker in m.content for m in posts for marker in ("<@", "@everyone", "@here"))
 
     # Within the pool: each message paid its tier's cost, and the pool holds exactly what is left.
-    assert [line.cost for line in lines] == [60, 5, 5]
-    assert status.level == status.capacity - 70
-    assert sum(refund.amount for refund in status.refunds) == 70
+    spent = sum(line.cost for line in lines)
+    assert [line.cost for line in lines] == [status.tiers[line.tier].cost for line in lines if line.tier]
+    assert status.level == status.capacity - spent
+    assert sum(refund.amount for refund in status.refunds) == spent
 
     # Three bot turns in a row, and then nothing: the idle cap holds them until a person speaks.
     assert (status.bot_streak, status.idle_cap, len(lines)) == (3, 3, 3)
