@@ -150,6 +150,8 @@ def _version() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from bots.settings import SHIPPED_PERSONAS
+
     parser = argparse.ArgumentParser(prog="aizuchi", description="A fleet of AI personas that take turns.")
     parser.add_argument("--version", action="version", version=f"aizuchi {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="<command>")
@@ -195,16 +197,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     load.set_defaults(func=_bench_arbiter)
     talk = benches.add_parser("conversation", help="default mode against tool-loop mode on one scripted conversation")
-    talk.add_argument("--personas", default="rin,theo,juno,hana,sora", help="persona ids (3 to 5 make sense)")
-    talk.add_argument("--personas-dir", default="personas")
+    talk.add_argument("--personas", default="rin,theo,juno", help="persona ids (3 to 5 make sense)")
+    talk.add_argument("--personas-dir", default=str(SHIPPED_PERSONAS), help="where the persona files are")
     talk.add_argument("--mode", choices=["decide", "tool-loop", "both"], default="both")
-    talk.add_argument("--lines", type=int, default=10, help="human lines in the script (default 10)")
-    talk.add_argument("--every", type=float, default=20.0, help="conversation seconds between human lines")
+    talk.add_argument("--lines", type=int, default=60, help="the person's lines in the script (default 60)")
+    talk.add_argument("--every", type=float, default=20.0, help="conversation seconds between the person's lines")
     talk.add_argument("--tail", type=float, default=60.0, help="conversation seconds of quiet after the last line")
     talk.add_argument("--latency", type=float, default=1.0, help="the provider's seconds per request")
-    talk.add_argument("--speed", type=float, default=10.0, help="how much faster than the clock time runs")
+    talk.add_argument("--speed", type=float, default=20.0, help="how much faster than the clock time runs")
     talk.add_argument("--seed", type=int, default=7)
-    talk.add_argument("--transcript", action="store_true", help="print both conversations")
+    talk.add_argument(
+        "--transcript",
+        metavar="FILE",
+        help="write the conversation as [speaker] text lines (FILE.<mode>.ext for each of both modes)",
+    )
     talk.set_defaults(func=_bench_conversation)
     return parser
 

@@ -1,11 +1,14 @@
-"""``aizuchi bench conversation``: one channel, several personas and a human, in the default mode and in the
-reference-style tool-loop mode, on the same script. Prints what each mode cost and how the talk went.
+"""``aizuchi bench conversation``: one channel, several personas and a person, in the default mode and in the
+reference-style tool-loop mode, on the same script. Prints what each mode cost and what a person would notice.
 
-The arbiter runs in process on a scratch SQLite file and is reached over HTTP like in production. The
-provider is the scripted one, given a fixed latency: it answers from the persona's sample lines and counts
-tokens from the prompt it was actually sent, so prompt growth is real. Time runs faster than the clock by
-``--speed`` (every duration - recoveries, waits, latency, the human's pace - is divided by it); times are
-reported in conversation seconds.
+The arbiter runs in process on a scratch SQLite file and is reached over HTTP as in production. The provider
+is the scripted one, given a fixed latency: it answers from the persona's lines, by the kind of message it is
+answering. It costs no tokens, so prompt sizes are estimated from the prompts it was really sent. Time runs
+faster than the clock by ``--speed`` (every duration - recoveries, waits, latency, the person's pace - is
+divided by it); times are reported in conversation seconds.
+
+The person's script mixes what people say in a group chat: greetings, questions put to one persona by name
+(some asking for an explanation), questions to everyone, thanks, plain statements, a farewell.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import random
 import statistics
 import tempfile
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,11 +30,13 @@ from arbiter.contract import AuthorKind, Tier
 from arbiter.server import open_arbiter
 from arbiter.settings import ArbiterSettings
 from bots.arbiter_client import ArbiterClient
+from bots.kinds import is_question
 from bots.llm.base import ChatProvider, Completion, CompletionRequest, DecisionRequest, DecisionResult
-from bots.llm.scripted import ScriptedProvider
-from bots.persona import load_personas
+from bots.llm.scripted import ScriptedProvider, estimate_prompt_tokens
+from bots.persona import Persona, load_personas
 from bots.platforms.memory import MemoryRoom
-from bots.runtime import PersonaRuntime, RuntimeConfig
+from bots.runtime import OWN_LINES, PersonaRuntime, RuntimeConfig
+from bots.text import repeats
 from bots.tool_loop import ToolLoopRuntime
 
 if TYPE_CHECKING:
@@ -39,33 +45,90 @@ if TYPE_CHECKING:
     from arbiter.contract import MessageView
     from arbiter.service import ArbiterService
 
-__all__ = ("run_benchmark",)
+__all__ = ("run_benchmark", "script")
 
 CHANNEL = "bench"
-HUMAN_LINES = (
-    "Hi all! What is everyone up to this weekend?",
-    "I'm thinking of learning to bake bread. Good idea or chaos?",
-    "Theo, do you ever switch off from work?",
-    "Juno, got a story idea for me?",
+
+# What the person says; "{name}" is a persona, taken in turn. The first line opens, the last one closes; the
+# rest are dealt in a seeded order.
+OPENING = "Hi all! What is everyone up to this weekend?"
+CLOSING = "Okay, I have to go now. Bye everyone, see you tomorrow!"
+LINES = (
+    "Hello everyone, good to see you!",
+    "{name}, do you ever switch off from work?",
+    "{name}, got a story idea for me?",
+    "{name}, why do you like what you do so much?",
+    "{name}, can you explain how you got started?",
+    "{name}, what's 12 plus 30?",
+    "{name}, tell me about your favourite place.",
+    "{name}, what would you cook for a friend?",
+    "{name}, any plans for the holidays?",
+    "{name}, how was your week?",
+    "{name}, what do you think about remote work?",
+    "{name}, which book changed your mind about something?",
     "Any book recommendations for a long train ride?",
-    "Rin, how is your game dev community doing?",
-    "I tried sourdough once and it was a brick.",
     "What's the most useful thing you learned this year?",
     "Okay, new topic: cats or dogs?",
-    "Hana, what are you drawing these days?",
+    "What's 17 times 3?",
+    "Does anyone here play an instrument?",
+    "Why is it so hard to get up on Mondays?",
+    "Who wants to plan a picnic with me?",
+    "What should I watch tonight?",
+    "Is it just me, or is everyone tired today?",
+    "Thanks, that's really helpful!",
+    "Thank you all, you're great company.",
+    "I'm thinking of learning to bake bread.",
+    "I tried sourdough once and it was a brick.",
+    "The weather here has been awful all week.",
+    "I finally fixed the bug that haunted me for days.",
+    "Haha, that's a good one.",
+    "My cat knocked a glass off the table again.",
+    "I started running in the mornings.",
+    "The train was forty minutes late today.",
+    "I think I'll repaint my room this weekend.",
+    "Coffee or tea, that is the question.",
+    "I just booked a trip to the mountains!",
+    "Sometimes I miss writing letters by hand.",
+    "Our team shipped the release at last.",
 )
+
+
+def latin_name(persona: Persona) -> str:
+    """The name a person typing in English would use: the display name, or an alias in Latin letters."""
+    return next((name for name in persona.names if name.isascii()), persona.display_name)
+
+
+def script(personas: list[Persona], lines: int, seed: int) -> list[str]:
+    """``lines`` lines of the person's: an opening, a seeded deal of the rest (personas named in turn), a
+    closing."""
+    rng = random.Random(seed)
+    deck: list[str] = []
+    while len(deck) < max(0, lines - 2):
+        batch = list(LINES)
+        rng.shuffle(batch)
+        deck += batch
+    names = [latin_name(p) for p in personas]
+    named = 0
+    said: list[str] = []
+    for template in deck[: max(0, lines - 2)]:
+        line = template
+        if "{name}" in template:
+            line = template.replace("{name}", names[named % len(names)])
+            named += 1
+        said.append(line)
+    return ([OPENING] if lines >= 1 else []) + said + ([CLOSING] if lines >= 2 else [])
 
 
 @dataclass
 class PromptLog:
-    """Every request's prompt size, with how many messages the channel had when it was made."""
+    """Every request's estimated prompt size, with how many messages the channel had when it was made."""
 
     entries: list[tuple[int, int]] = field(default_factory=list)  # (messages so far, prompt tokens)
     messages: int = 0
 
 
 class MeteredProvider(ChatProvider):
-    """Delegates to a provider and logs each request's prompt tokens against the conversation's length."""
+    """Delegates to a provider and logs each request's prompt size against the conversation's length."""
 
     def __init__(self, inner: ChatProvider, log: PromptLog) -> None:
         self.inner = inner
@@ -73,49 +136,145 @@ class MeteredProvider(ChatProvider):
         self.name = inner.name
 
     async def complete(self, request: CompletionRequest) -> Completion:
-        completion = await self.inner.complete(request)
-        self.log.entries.append((self.log.messages, completion.usage.prompt_tokens))
-        return completion
+        self.log.entries.append((self.log.messages, estimate_prompt_tokens(request)))
+        return await self.inner.complete(request)
 
     async def decide(self, request: DecisionRequest) -> DecisionResult:
-        result = await self.inner.decide(request)
-        self.log.entries.append((self.log.messages, result.usage.prompt_tokens))
-        return result
+        self.log.entries.append((self.log.messages, estimate_prompt_tokens(request)))
+        return await self.inner.decide(request)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
 
 
 @dataclass
+class Conversation:
+    """What a person notices in a history, measured."""
+
+    history: list[MessageView]
+
+    def segments(self) -> list[tuple[MessageView, list[MessageView]]]:
+        """Each human message with what the bots said after it, up to the next human message."""
+        result: list[tuple[MessageView, list[MessageView]]] = []
+        for message in self.history:
+            if message.author_kind is AuthorKind.HUMAN:
+                result.append((message, []))
+            elif result:
+                result[-1][1].append(message)
+        return result
+
+    @property
+    def persona_lines(self) -> list[MessageView]:
+        return [m for m in self.history if m.author_kind is AuthorKind.PERSONA]
+
+    def addressed_first(self) -> tuple[int, int]:
+        """(answered first by the persona addressed, messages that addressed one)."""
+        asked = [(human, after) for human, after in self.segments() if human.addressed]
+        first = sum(1 for human, after in asked if after and after[0].author_id in human.addressed)
+        return first, len(asked)
+
+    def unanswered_questions(self) -> int:
+        """Questions a person asked that no persona answered (a nod is no answer) before the person spoke again."""
+        return sum(
+            1
+            for human, after in self.segments()
+            if is_question(human.text) and not any(m.tier in (Tier.REMARK, Tier.LONG) for m in after)
+        )
+
+    def most_nods_per_message(self) -> int:
+        most = run = 0
+        for message in self.history:
+            run = run + 1 if message.tier is Tier.AIZUCHI else 0
+            most = max(most, run)
+        return most
+
+    def repeated_lines(self, within: int = OWN_LINES) -> int:
+        """Lines a persona said again within its own last ``within`` lines."""
+        said: dict[str, list[str]] = defaultdict(list)
+        count = 0
+        for message in self.persona_lines:
+            earlier = said[message.author_id]
+            count += repeats(message.text, earlier[-within:])
+            earlier.append(message.text)
+        return count
+
+    def longest_bot_run(self) -> int:
+        most = run = 0
+        for message in self.history:
+            run = 0 if message.author_kind is AuthorKind.HUMAN else run + 1
+            most = max(most, run)
+        return most
+
+    def first_replies(self, speed: float) -> list[float]:
+        return [(after[0].at - human.at) * speed for human, after in self.segments() if after]
+
+
+@dataclass
 class ModeResult:
     mode: str
+    personas: int
     requests: int
     posted: int
     wasted: int
-    aizuchi: int
+    overtaken: int
+    passes: int
+    tiers: dict[Tier, int]
     remarks_by_persona: dict[str, int]
     prompt_by_length: dict[str, float]
-    first_reply_s: list[float]
-    history: list[MessageView]
+    conversation: Conversation
+    speed: float
+
+    @property
+    def nod_share(self) -> float:
+        return self.tiers[Tier.AIZUCHI] / max(1, self.posted)
+
+    @property
+    def top_remarks(self) -> tuple[str, float]:
+        total = sum(self.remarks_by_persona.values())
+        top = max(self.remarks_by_persona.items(), key=lambda item: item[1], default=("-", 0))
+        return top[0], top[1] / max(1, total)
 
     def rows(self) -> dict[str, str]:
-        remarks = sum(self.remarks_by_persona.values())
-        top = max(self.remarks_by_persona.items(), key=lambda item: item[1], default=("-", 0))
-        replies = sorted(self.first_reply_s)
+        first, asked = self.conversation.addressed_first()
+        replies = sorted(self.conversation.first_replies(self.speed))
         p90 = replies[max(0, int(len(replies) * 0.9) - 1)] if replies else float("nan")
+        top, share = self.top_remarks
         rows = {
             "messages posted": f"{self.posted}",
             "LLM requests": f"{self.requests}",
             "LLM requests per posted message": f"{self.requests / max(1, self.posted):.2f}",
             "wasted generations": f"{self.wasted}",
-            "share of aizuchi": f"{self.aizuchi / max(1, self.posted):.0%}",
-            "largest persona's share of remarks": f"{top[1] / max(1, remarks):.0%} ({top[0]})",
-            "human message to first reply, median": f"{statistics.median(replies):.1f} s" if replies else "-",
-            "human message to first reply, p90": f"{p90:.1f} s" if replies else "-",
+            "calls stopped, overtaken": f"{self.overtaken}",
+            "passes": f"{self.passes}",
+            "addressed persona answered first": f"{first / max(1, asked):.0%} ({first}/{asked})",
+            "questions left unanswered": f"{self.conversation.unanswered_questions()}",
+            "nods per message (max)": f"{self.conversation.most_nods_per_message()}",
+            "repeated lines within 30": f"{self.conversation.repeated_lines()}",
+            "nods share": f"{self.nod_share:.0%}",
+            "lines by tier (nod/remark/long)": "/".join(str(self.tiers[tier]) for tier in Tier),
+            "top persona's share of remarks": f"{share:.0%} ({top})",
+            "longest bot-only run": f"{self.conversation.longest_bot_run()}",
+            "time to first reply, median": f"{statistics.median(replies):.1f} s" if replies else "-",
+            "time to first reply, p90": f"{p90:.1f} s" if replies else "-",
         }
         for bucket, tokens in self.prompt_by_length.items():
             rows[f"prompt tokens per request, history {bucket}"] = f"{tokens:.0f}"
         return rows
+
+    def targets(self) -> list[tuple[str, bool]]:
+        """The issue's targets for a long run, each with whether this run met it."""
+        first, asked = self.conversation.addressed_first()
+        ceiling = 1 / max(1, self.personas) + 0.15
+        return [
+            ("addressed persona answers first >= 95%", first >= 0.95 * asked),
+            ("questions left unanswered = 0", self.conversation.unanswered_questions() == 0),
+            ("repeated lines within 30 = 0", self.conversation.repeated_lines() == 0),
+            ("nods 25-45% of persona lines", 0.25 <= self.nod_share <= 0.45),
+            (f"no persona above {ceiling:.0%} of the remarks", self.top_remarks[1] <= ceiling),
+            ("LLM requests per posted message <= 1.05", self.requests <= 1.05 * self.posted),
+            ("wasted generations = 0", self.wasted == 0),
+            ("each tier occurs", all(self.tiers[tier] > 0 for tier in Tier)),
+        ]
 
 
 _BUCKETS = ((0, 15, "0-15 msgs"), (15, 30, "15-30 msgs"), (30, 60, "30-60 msgs"), (60, 10**9, "60+ msgs"))
@@ -127,19 +286,6 @@ def _by_length(log: PromptLog) -> dict[str, float]:
         sizes = [tokens for length, tokens in log.entries if low <= length < high]
         result[label] = statistics.mean(sizes) if sizes else float("nan")
     return result
-
-
-def _first_replies(history: list[MessageView], speed: float) -> list[float]:
-    delays = []
-    for index, message in enumerate(history):
-        if message.author_kind is not AuthorKind.HUMAN:
-            continue
-        reply = next((m for m in history[index + 1 :] if m.author_kind is AuthorKind.PERSONA), None)
-        # A human line answered only after the next human line is not a reply to it: leave it out.
-        followed_by_human = index + 1 < len(history) and history[index + 1].author_kind is AuthorKind.HUMAN
-        if reply is not None and not followed_by_human:
-            delays.append((reply.at - message.at) * speed)
-    return delays
 
 
 async def _run_mode(mode: str, args: argparse.Namespace, scratch: Path) -> ModeResult:
@@ -177,58 +323,60 @@ async def _run_mode(mode: str, args: argparse.Namespace, scratch: Path) -> ModeR
             runtimes: list[PersonaRuntime] = []
             kind = ToolLoopRuntime if mode == "tool-loop" else PersonaRuntime
             for index, persona in enumerate(personas):
-                scripted = ScriptedProvider(
-                    persona.samples.aizuchi,
-                    persona.samples.remarks,
-                    seed=args.seed + index,
-                    latency_s=args.latency / speed,
-                )
+                scripted = ScriptedProvider.for_persona(persona, seed=args.seed + index, latency_s=args.latency / speed)
                 runtime = kind(
                     persona,
                     MeteredProvider(scripted, log),
                     ArbiterClient(session, f"http://127.0.0.1:{port}", tokens[persona.id]),
                     room.platform(persona.id),
-                    config=RuntimeConfig(base_delay_s=1.5 / speed, backoff_s=2.0 / speed),
+                    config=RuntimeConfig(base_delay_s=1.5 / speed, backoff_s=2.0 / speed, speak_margin_s=3.0 / speed),
                     rng=random.Random(args.seed * 100 + index),
                 )
                 await runtime.start()
                 await runtime.join(CHANNEL).ready()
                 runtimes.append(runtime)
-            await _human(arbiter.service, args)
+            await _human(arbiter.service, script(personas, args.lines, args.seed), args)
             for runtime in runtimes:
                 await runtime.close()
         counter.close()
         await counting
-        history = (await arbiter.service.history(CHANNEL, limit=200)).messages
-        more = history
-        while len(more) == 200:
-            more = (await arbiter.service.history(CHANNEL, after=history[-1].seq, limit=200)).messages
-            history += more
+        history = await _history(arbiter.service)
         await runner.cleanup()
     stats = [runtime.stats for runtime in runtimes]
     return ModeResult(
         mode=mode,
+        personas=len(personas),
         requests=sum(s.llm_requests for s in stats),
         posted=sum(sum(s.posted.values()) for s in stats),
         wasted=sum(s.wasted for s in stats),
-        aizuchi=sum(s.posted[str(Tier.AIZUCHI)] for s in stats),
+        overtaken=sum(s.overtaken for s in stats),
+        passes=sum(s.passes for s in stats),
+        tiers={tier: sum(s.posted[str(tier)] for s in stats) for tier in Tier},
         remarks_by_persona={
             r.persona.id: r.stats.posted[str(Tier.REMARK)] + r.stats.posted[str(Tier.LONG)] for r in runtimes
         },
         prompt_by_length=_by_length(log),
-        first_reply_s=_first_replies(history, speed),
-        history=history,
+        conversation=Conversation(history),
+        speed=speed,
     )
 
 
-async def _human(service: ArbiterService, args: argparse.Namespace) -> None:
-    """The script: a human line every ``--every`` conversation seconds (with a seeded jitter), then silence."""
+async def _history(service: ArbiterService) -> list[MessageView]:
+    history: list[MessageView] = []
+    while True:
+        page = await service.history(CHANNEL, after=history[-1].seq if history else 0, limit=200)
+        history += page.messages
+        if not page.has_more:
+            return history
+
+
+async def _human(service: ArbiterService, lines: list[str], args: argparse.Namespace) -> None:
+    """The script: a line every ``--every`` conversation seconds (with a seeded jitter), then silence."""
     rng = random.Random(args.seed)
     started = time.monotonic()
     at = 0.0
-    for index in range(args.lines):
+    for text in lines:
         await asyncio.sleep(max(0.0, started + at / args.speed - time.monotonic()))
-        text = HUMAN_LINES[index % len(HUMAN_LINES)]
         await service.record_message(CHANNEL, author_id="human", author_name="Yui", text=text)
         at += args.every * rng.uniform(0.7, 1.3)
     await asyncio.sleep(max(0.0, started + (at + args.tail) / args.speed - time.monotonic()))
@@ -247,22 +395,29 @@ def _print(results: list[ModeResult], args: argparse.Namespace) -> None:
     for label in labels:
         cells = " | ".join(row[label].rjust(c) for row, c in zip(rows, columns, strict=True))
         print(f"| {label.ljust(width)} | {cells} |")
-    default, loop = results[0], results[-1]
-    if len(results) == 2 and default.posted and loop.posted:
-        ratio = (loop.requests / loop.posted) / (default.requests / default.posted)
-        print(f"\ntool-loop makes {ratio:.1f}x as many LLM requests per posted message as the default mode")
-    if args.transcript:
+    for result in results:
+        met = result.targets()
+        print(f"\ntargets ({result.mode}): {sum(ok for _, ok in met)} of {len(met)} met")
+        for what, ok in met:
+            print(f"  {'ok  ' if ok else 'MISS'} {what}")
+    if args.transcript is not None:
         for result in results:
-            print(f"\n--- {result.mode} transcript ---")
-            for message in result.history:
-                print(f"{message.seq:4d} [{message.author_name}] ({message.tier or 'human'}) {message.text}")
+            path = _transcript_path(Path(args.transcript), result.mode, len(results))
+            path.write_text("".join(f"[{m.author_name}] {m.text}\n" for m in result.conversation.history))
+            print(f"\n{result.mode} transcript written to {path}")
+
+
+def _transcript_path(path: Path, mode: str, modes: int) -> Path:
+    """``path`` itself for one mode; ``name.<mode>.ext`` beside it for each of several."""
+    return path if modes == 1 else path.with_name(f"{path.stem}.{mode}{path.suffix}")
 
 
 async def run_benchmark(args: argparse.Namespace) -> int:
     modes = ["decide", "tool-loop"] if args.mode == "both" else [args.mode]
     print(
-        f"aizuchi bench conversation: personas {args.personas}; {args.lines} human lines about every {args.every:g} s,"
-        f" then {args.tail:g} s of quiet; provider latency {args.latency:g} s; time x{args.speed:g}; seed {args.seed}\n"
+        f"aizuchi bench conversation: personas {args.personas}; {args.lines} lines of a person's about every"
+        f" {args.every:g} s, then {args.tail:g} s of quiet; provider latency {args.latency:g} s; time x{args.speed:g};"
+        f" seed {args.seed}\n"
     )
     with tempfile.TemporaryDirectory() as scratch:
         results = [await _run_mode(mode, args, Path(scratch)) for mode in modes]
