@@ -3,20 +3,50 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from arbiter.core.limits import ID_PATTERN
 
-__all__ = ("ArbiterSettings",)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ("ArbiterSettings", "persona_named", "sharing_a_token")
 
 MIN_TOKEN_LENGTH = 16
 
 
+def persona_named(persona_id: str) -> str:
+    """A persona id as an error message may show it. A key of ARBITER_PERSONA_TOKENS as long as a token may be
+    one (the mapping written the wrong way round, token -> persona): then only its length is shown."""
+    if len(persona_id) < MIN_TOKEN_LENGTH:
+        return repr(persona_id)
+    return (
+        f"the persona id of {len(persona_id)} characters (not shown: it may be a token; the mapping is persona id"
+        " -> token)"
+    )
+
+
+def sharing_a_token(tokens: Mapping[str, str]) -> list[str]:
+    """The first personas (in order) that share one token, or [] if every persona has its own."""
+    by_token: dict[str, list[str]] = {}
+    for persona_id, token in tokens.items():
+        by_token.setdefault(token, []).append(persona_id)
+    return next((personas for personas in by_token.values() if len(personas) > 1), [])
+
+
 class ArbiterSettings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="ARBITER_", env_file=".env", env_ignore_empty=True, extra="ignore", frozen=True
+        env_prefix="ARBITER_",
+        env_file=".env",
+        env_ignore_empty=True,
+        extra="ignore",
+        frozen=True,
+        # A validation error printed whole (a traceback, a tool that reads these settings) must not show the
+        # value: it may be a token.
+        hide_input_in_errors=True,
     )
 
     database_url: str = Field(
@@ -41,12 +71,30 @@ class ArbiterSettings(BaseSettings):
 
     @field_validator("persona_tokens")
     @classmethod
-    def _check_tokens(cls, tokens: dict[str, SecretStr]) -> dict[str, SecretStr]:
+    def _check_tokens(cls, tokens: dict[str, SecretStr], info: ValidationInfo) -> dict[str, SecretStr]:
+        # Each message names the personas, never a token (see persona_named for a key that may be one).
         for persona_id, token in tokens.items():
             if not re.match(ID_PATTERN, persona_id):
-                raise ValueError(f"persona id {persona_id!r} must be 1-64 letters, digits, '_', '.' or '-'")
+                raise ValueError(
+                    f"{persona_named(persona_id)} is not a valid persona id: use 1-64 letters, digits, '_', '.' or '-'"
+                )
             if len(token.get_secret_value()) < MIN_TOKEN_LENGTH:
-                raise ValueError(f"the token of {persona_id} must be at least {MIN_TOKEN_LENGTH} characters")
+                raise ValueError(
+                    f"the token of {persona_named(persona_id)} must be at least {MIN_TOKEN_LENGTH} characters"
+                )
+        plain = {persona_id: secret.get_secret_value() for persona_id, secret in tokens.items()}
+        shared = sharing_a_token(plain)
+        if shared:
+            # One token for two personas would let either act as the other.
+            names = " and ".join(persona_named(persona_id) for persona_id in shared)
+            raise ValueError(f"personas {names} have the same token; give each persona its own")
+        admin = info.data.get("admin_token")
+        for persona_id, value in plain.items():
+            if admin is not None and value == admin.get_secret_value():
+                raise ValueError(
+                    f"the token of {persona_named(persona_id)} is the admin token (ARBITER_ADMIN_TOKEN); "
+                    "give each its own"
+                )
         return tokens
 
     @field_validator("discord_token")

@@ -24,7 +24,13 @@ SHIPPED_PERSONAS = Path(__file__).resolve().parent.parent / "personas"
 
 class BotsSettings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="AIZUCHI_", env_file=ENV_FILE, env_ignore_empty=True, extra="ignore", frozen=True
+        env_prefix="AIZUCHI_",
+        env_file=ENV_FILE,
+        env_ignore_empty=True,
+        extra="ignore",
+        frozen=True,
+        # A validation error printed whole must not show the value: persona_tokens holds tokens.
+        hide_input_in_errors=True,
     )
 
     arbiter_url: str = Field("http://127.0.0.1:8340", description="where the arbiter's HTTP API listens")
@@ -52,6 +58,18 @@ class BotsSettings(BaseSettings):
                 return []  # every persona file
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @field_validator("persona_tokens")
+    @classmethod
+    def _own_tokens(cls, tokens: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        # One token for two personas would make the arbiter take one for the other. The message names the
+        # personas, never the token.
+        seen: dict[str, str] = {}
+        for persona_id, token in tokens.items():
+            other = seen.setdefault(token.get_secret_value(), persona_id)
+            if other != persona_id:
+                raise ValueError(f"personas {other!r} and {persona_id!r} have the same token; give each its own")
+        return tokens
 
     @field_validator("log_level")
     @classmethod

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from arbiter.api.errors import error_middleware
+from arbiter.api.errors import error_middleware, quiet_bad_requests
 from arbiter.api.openapi import openapi_document
 from arbiter.api.routes import AUTH, MAX_BODY, SERVICE, add_routes
 from arbiter.api.stream import HUB, events_handler
@@ -47,6 +47,7 @@ async def _end_streams(app: web.Application) -> None:
 
 
 def build_app(service: ArbiterService, hub: EventHub, auth: TokenAuth) -> web.Application:
+    quiet_bad_requests()
     app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY)
     app[SERVICE] = service
     app[HUB] = hub

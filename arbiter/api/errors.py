@@ -6,6 +6,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 
 from arbiter.api.auth import Unauthorized
 from arbiter.contract import ErrorBody, ErrorDetail
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
     from pydantic import ValidationError
 
-__all__ = ("error_middleware", "error_response", "validation_error")
+__all__ = ("RequestsAsReceived", "error_middleware", "error_response", "quiet_bad_requests", "validation_error")
 
 _log = logging.getLogger(__name__)
 
@@ -81,8 +82,42 @@ async def error_middleware(
         return error_response(404, "no_route", f"no endpoint {request.method} {request.path}; see /v1/openapi.json")
     except web.HTTPMethodNotAllowed as error:
         allowed = ", ".join(sorted(error.allowed_methods))
-        return error_response(405, "method_not_allowed", f"{request.method} is not allowed here; use {allowed}")
+        response = error_response(405, "method_not_allowed", f"{request.method} is not allowed here; use {allowed}")
+        # RFC 9110 requires it on a 405; aiohttp's own answer has it, and this one replaces that answer.
+        response.headers["Allow"] = allowed
+        return response
     except web.HTTPException as error:
         if error.status >= 400:
             return error_response(error.status, "http_error", error.reason)
         raise
+
+
+class RequestsAsReceived(logging.Filter):
+    """aiohttp logs a request it cannot parse at ERROR, with the parser's exception, whose message quotes the
+    offending line: for a header too long, the start of its value - a bearer token, if that is the header.
+
+    A malformed request is the client's mistake, not the server's, and its content may be a secret: the record
+    becomes one warning naming the client and what was wrong, without the content or the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, BadHttpMessage):
+            remote = record.args[0] if isinstance(record.args, tuple) and record.args else "a client"
+            if isinstance(error, LineTooLong):
+                what = f"a request line or header longer than {error.args[1]} bytes"
+            else:
+                what = f"a malformed request ({type(error).__name__})"
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.msg = "bad HTTP request from %s: %s; answered 400 (its content is not logged)"
+            record.args = (remote, what)
+            record.exc_info = record.exc_text = None
+        return True
+
+
+def quiet_bad_requests() -> None:
+    """Filter aiohttp's server log through :class:`RequestsAsReceived` (once, however many apps are built).
+
+    On the logger itself rather than on a handler, so that it holds whatever handlers the process has."""
+    server_log = logging.getLogger("aiohttp.server")
+    if not any(isinstance(existing, RequestsAsReceived) for existing in server_log.filters):
+        server_log.addFilter(RequestsAsReceived())

@@ -19,7 +19,7 @@ from arbiter import contract as wire
 from arbiter.api.auth import TokenAuth
 from arbiter.api.errors import validation_error
 from arbiter.core.errors import InvalidRequest
-from arbiter.core.limits import ID_PATTERN
+from arbiter.core.limits import ID_PATTERN, MAX_SEQ
 from arbiter.service import ArbiterService
 
 __all__ = ("AUTH", "ENDPOINTS", "SERVICE", "Access", "Call", "Endpoint", "HistoryQuery", "add_routes")
@@ -40,7 +40,8 @@ class Access(enum.Enum):
 class HistoryQuery(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    after: int = Field(0, ge=0, description="return messages with seq greater than this")
+    # Bounded like every integer of the API: a seq is a 64-bit integer in the database.
+    after: int = Field(0, ge=0, le=MAX_SEQ, description="return messages with seq greater than this")
     limit: int = Field(50, ge=1, le=200)
 
 
@@ -288,8 +289,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              _register, body=wire.PersonaRegistration, status=204, tag="personas"),
     Endpoint("GET", "/v1/personas", "The personas and how they registered", Access.ANY, _personas,
              response=wire.PersonaList, tag="personas"),
-    Endpoint("GET", "/v1/channels", "List channels", Access.ANY, _channels, response=wire.ChannelList,
-             tag="admin"),
+    # Any token: persona bots list the channels to follow. Tagged with the turns, not the admin endpoints.
+    Endpoint("GET", "/v1/channels", "List channels (any token)", Access.ANY, _channels, response=wire.ChannelList),
     Endpoint("PUT", CH, "Create a channel, or change the settings of an existing one", Access.ADMIN,
              _create_channel, body=wire.SettingsPatch, response=wire.SettingsView, tag="admin"),
     Endpoint("GET", f"{CH}/settings", "A channel's settings", Access.ADMIN, _get_settings,

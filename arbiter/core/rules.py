@@ -175,13 +175,18 @@ def _holds_by_others(state: ChannelState, persona_id: str, now: float) -> list[S
     return [c for c in state.claims if c.refund_at > now and c.persona_id != persona_id]
 
 
-def _stale(state: ChannelState, based_on_seq: int | None, tier: Tier) -> Refusal | None:
-    if based_on_seq is None:
-        return None
-    if based_on_seq > state.last_seq:
+def _check_based_on(state: ChannelState, based_on_seq: int | None) -> None:
+    # A seq not yet written is a bad request, whatever the state: checked before any refusal, so that the answer
+    # to it does not depend on the pool, a pause or who spoke last.
+    if based_on_seq is not None and based_on_seq > state.last_seq:
         raise InvalidRequest(
             f"based_on_seq {based_on_seq} is ahead of the history (last seq {state.last_seq})", field="based_on_seq"
         )
+
+
+def _stale(state: ChannelState, based_on_seq: int | None, tier: Tier) -> Refusal | None:
+    if based_on_seq is None:
+        return None
     if tier is Tier.AIZUCHI:
         # A nod is about the latest message: once anything was said after it, it would nod at the wrong thing.
         # (Counted from what is still in the history: a message retracted or deleted since does not count.)
@@ -223,6 +228,7 @@ def check_turn(
     the floor and the pool. (Whether the latest message already has its nod is checked again: a claim of a
     remark may be spoken as a nod.)
     """
+    _check_based_on(state, based_on_seq)
     settings = state.settings
     policy = settings.policy(persona_id)
     if not settings.enabled:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import unicodedata
-from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from arbiter.contract import MessageView, PersonaInfoView, SettingsView, StatusView
-from arbiter.core.limits import MAX_NAME_LENGTH, MAX_TEXT_LENGTH
+# The room's name and text are the API's: the same lengths, and no NUL character (which PostgreSQL cannot store).
+from arbiter.contract import MessageView, Name, PersonaInfoView, SettingsView, StatusView, Text
 
 __all__ = ("RoomSnapshot", "SayRequest")
 
@@ -18,8 +17,8 @@ class SayRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_NAME_LENGTH)]
-    text: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_TEXT_LENGTH)]
+    name: Name
+    text: Text
 
     @field_validator("name")
     @classmethod

@@ -38,7 +38,7 @@ from arbiter.api.errors import validation_error
 from arbiter.api.routes import SERVICE
 from arbiter.api.stream import stream_events
 from arbiter.core.errors import InvalidRequest, PermissionDenied
-from arbiter.core.limits import ID_PATTERN
+from arbiter.core.limits import ID_PATTERN, MAX_SEQ
 from arbiter.room.models import RoomSnapshot, SayRequest
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ _ROOMS = web.AppKey("room", _Rooms)
 class _EventsQuery(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    after: Annotated[int, Field(ge=0)] | None = None
+    after: Annotated[int, Field(ge=0, le=MAX_SEQ)] | None = None
 
 
 # --- checks ---------------------------------------------------------------------------------------------

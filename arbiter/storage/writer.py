@@ -4,6 +4,8 @@ Why batches: concurrent requests queue up while a transaction commits; the next 
 them at once, so BEGIN/COMMIT and the trip to the database are shared. Each operation still sees the state
 left by the one before it, and its caller hears back only after the commit: nothing is acknowledged that a
 crash could lose. Writes are staged and flushed with one ``executemany`` per table at the end of the batch.
+One operation cannot fail the others it was batched with: a step that raises fails alone, and a batch whose
+write the database refuses is tried again in halves until only the operation at fault fails.
 
 Why it is safe across processes: the first touch of a channel in a transaction locks its row
 (SELECT ... FOR UPDATE on PostgreSQL) and its state is read inside that lock. On SQLite one process owns
@@ -26,7 +28,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from sqlalchemy import Connection, text
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from arbiter.core.errors import ArbiterError, StorageError
 from arbiter.core.ledger import active, split
@@ -351,9 +354,13 @@ class BatchWriter:
                 continue
             except (SQLAlchemyError, OSError) as error:
                 self._forget()
-                _log.error("database error; %d operations failed: %s", len(pending), error)
-                storage_error = StorageError(f"database error: {type(error).__name__}")
-                return [*failed, *((op, storage_error) for op in pending)], []
+                if _one_write_refused(error, len(pending)):
+                    _log.debug("the database refused a batch of %d operations; writing it in halves", len(pending))
+                    middle = len(pending) // 2
+                    first, first_events = self._settle(pending[:middle], write)
+                    second, second_events = self._settle(pending[middle:], write)
+                    return [*failed, *first, *second], [*first_events, *second_events]
+                return [*failed, *_database_failed(pending, error)], []
             if self._cache is not None:
                 self._cache.update(states)
             return [*failed, *zip(pending, outcomes, strict=True)], events
@@ -389,9 +396,13 @@ class BatchWriter:
                 failed.append((pending.pop(error.index), error.error))
                 continue
             except (SQLAlchemyError, OSError) as error:
-                _log.error("database error; %d operations failed: %s", len(pending), error)
-                storage_error = StorageError(f"database error: {type(error).__name__}")
-                return [*failed, *((op, storage_error) for op in pending)], []
+                if _one_write_refused(error, len(pending)):
+                    _log.debug("the database refused a batch of %d operations; writing it in halves", len(pending))
+                    middle = len(pending) // 2
+                    first, first_events = await self._settle_async(pending[:middle])
+                    second, second_events = await self._settle_async(pending[middle:])
+                    return [*failed, *first, *second], [*first_events, *second_events]
+                return [*failed, *_database_failed(pending, error)], []
             return [*failed, *zip(pending, outcomes, strict=True)], events
         return failed, []
 
@@ -437,6 +448,28 @@ class BatchWriter:
         if self._notifier is not None and tx.events:
             self._notifier(conn, tx.events)
         return outcomes, tx.events, tx.states
+
+
+def _one_write_refused(error: BaseException, operations: int) -> bool:
+    """Whether a batch that failed with ``error`` should be tried again in halves, to fail only its culprit.
+
+    The database refusing what was written (a value it cannot store, a constraint, a trigger) is about one
+    operation's data, and must not fail the other operations batched with it - other personas' turns, in other
+    channels. Halving finds the culprit in about 2 log2(n) transactions; the operations before it are committed
+    first, so each still sees the state the one before it left. A database that cannot be reached or is out of
+    order (a lost connection, a locked or full file) fails every operation alike: trying again in halves would
+    only fail more slowly."""
+    if operations < 2 or isinstance(
+        error, OSError | OperationalError | InterfaceError | DisconnectionError | PoolTimeout
+    ):
+        return False
+    return not (isinstance(error, DBAPIError) and error.connection_invalidated)
+
+
+def _database_failed(pending: list[_Op[Any]], error: BaseException) -> _Outcomes:
+    _log.error("database error; %d operations failed: %s", len(pending), error)
+    storage_error = StorageError(f"database error: {type(error).__name__}")
+    return [(op, storage_error) for op in pending]
 
 
 def pg_notify(conn: Connection, channel: str, payloads: Sequence[str]) -> None:

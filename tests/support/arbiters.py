@@ -20,7 +20,7 @@ from arbiter.server import Arbiter, open_arbiter
 from tests.conftest import ADMIN_TOKEN, PERSONA_TOKENS, make_settings
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Mapping
+    from collections.abc import AsyncIterator, Callable, Iterator, Mapping
     from pathlib import Path
 
     import aiohttp
@@ -32,6 +32,7 @@ __all__ = (
     "Served",
     "arbiter_exit",
     "arbiter_process",
+    "arbiter_process_blocking",
     "crowd",
     "serve",
 )
@@ -218,6 +219,28 @@ async def arbiter_process(
         yield handle
     finally:
         await asyncio.to_thread(handle.stop)
+
+
+@contextlib.contextmanager
+def arbiter_process_blocking(
+    database_url: str, workdir: Path, *, name: str = "arbiter", log_level: str = "WARNING", startup_s: float = 30.0
+) -> Iterator[ArbiterProcess]:
+    """As :func:`arbiter_process`, for tests that are plain functions (schemathesis calls the API from those)."""
+    env = {**_environment(database_url, {}), "ARBITER_LOG_LEVEL": log_level}
+    process, stdout, stderr = _spawn(workdir, name, env)
+    handle = ArbiterProcess(process, "", stderr)
+    try:
+        deadline = time.monotonic() + startup_s
+        while (url := _announced(stdout)) is None:
+            if process.poll() is not None:
+                raise AssertionError(f"{name} exited with {process.returncode}:\n{handle.log()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{name} did not announce its URL in {startup_s}s:\n{handle.log()}")
+            time.sleep(0.02)
+        handle.url = url
+        yield handle
+    finally:
+        handle.stop()
 
 
 async def arbiter_exit(
