@@ -8,21 +8,26 @@ Times are POSIX seconds (``*_at``); durations are seconds (``*_s``, ``retry_afte
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeAlias, get_args
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
     StrictBool,
     StrictFloat,
     StrictInt,
     StringConstraints,
+    TypeAdapter,
     ValidationInfo,
     field_validator,
 )
+from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
-from arbiter.core.limits import ID_PATTERN, LIMITS, MAX_NAME_LENGTH, MAX_TEXT_LENGTH, MAX_TOPIC_LENGTH
+from arbiter.core.limits import ID_PATTERN, LIMITS, MAX_NAME_LENGTH, MAX_SEQ, MAX_TEXT_LENGTH, MAX_TOPIC_LENGTH
 from arbiter.core.models import AuthorKind, RefusalReason, SpendState, Tier
 
 # How lengths are measured is part of the contract (a tier's max_length is in these units), so clients get the
@@ -30,21 +35,30 @@ from arbiter.core.models import AuthorKind, RefusalReason, SpendState, Tier
 from arbiter.core.text import display_length, trim_to_length
 
 __all__ = (
+    "EVENT_MODELS",
+    "ArbiterEvent",
     "AuthorKind",
     "ChannelList",
     "ChannelSummary",
+    "ClaimEvent",
     "ClaimRequest",
     "ClaimResult",
     "ClaimView",
+    "ClearedEvent",
     "ConsumeRequest",
+    "DeletedEvent",
     "EditRequest",
+    "EditedEvent",
     "ErrorBody",
     "ErrorDetail",
     "Health",
     "HistoryPage",
     "Id",
+    "LevelEvent",
     "LinkRequest",
+    "MessageEvent",
     "MessageView",
+    "Name",
     "ObserveResult",
     "ObservedMessage",
     "PersonaInfoView",
@@ -56,12 +70,16 @@ __all__ = (
     "RefusalReason",
     "ReleaseResult",
     "RetractResult",
+    "RetractedEvent",
+    "Seq",
+    "SettingsEvent",
     "SettingsPatch",
     "SettingsView",
     "SpeakRequest",
     "SpeakResult",
     "SpendState",
     "StatusView",
+    "Text",
     "Tier",
     "TierPatch",
     "TierSettings",
@@ -70,19 +88,77 @@ __all__ = (
     "UsageResult",
     "Verdict",
     "display_length",
+    "parse_event",
     "trim_to_length",
 )
 
 
-def _bounded(name: str, kind: Any = StrictInt) -> Any:
+def _whole_number(value: Any) -> Any:
+    # JSON has one kind of number, and JSON Schema (so the OpenAPI document) counts 5.0 as the integer 5: clients
+    # that write every number with a point must be understood. A fraction, a string or a boolean stays an error.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _bounded(name: str, kind: Any = None) -> Any:
+    """A number in a request, within its LIMITS. An integer (``kind`` None) is strict (no strings, no booleans)
+    but for a whole number written as 5.0; bounded, none reaches the database larger than it can store. The
+    bounds come before the conversion, so that the JSON schema shows them as its minimum and maximum."""
     bound = LIMITS[name]
+    if kind is None:
+        return Annotated[StrictInt, Field(ge=bound.low, le=bound.high), BeforeValidator(_whole_number)]
     return Annotated[kind, Field(ge=bound.low, le=bound.high)]
 
 
+class _NoNul:
+    """No NUL character (U+0000) in a string: PostgreSQL cannot store one in text, so it must be refused at the
+    door, naming the field, rather than fail the write.
+
+    Every free-form string of the wire models carries this; the patterned ones (ids, colours) exclude NUL by their
+    pattern. The JSON schema says so too, so clients generated from the OpenAPI document know."""
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.no_info_after_validator_function(_refuse_nul, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> dict[str, Any]:
+        json_schema = handler(schema)
+        json_schema["pattern"] = NO_NUL_PATTERN
+        return json_schema
+
+
+NO_NUL_PATTERN = r"^[^\u0000]*$"
+
+
+def _refuse_nul(value: str) -> str:
+    if "\x00" in value:
+        raise PydanticCustomError("nul_character", "must not contain the NUL character (U+0000)")
+    return value
+
+
+NoNul = _NoNul()
+
 Id = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
-Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_TEXT_LENGTH)]
-Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_NAME_LENGTH)]
-Seq = Annotated[StrictInt, Field(ge=0)]
+Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_TEXT_LENGTH), NoNul]
+Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_NAME_LENGTH), NoNul]
+# A history position: stored as a 64-bit integer, so anything larger is refused here rather than by the database.
+Seq = Annotated[StrictInt, Field(ge=0, le=MAX_SEQ), BeforeValidator(_whole_number)]
+PlatformId = Annotated[str, StringConstraints(min_length=1, max_length=64), NoNul]
+
+
+def _not_nullable(schema: dict[str, Any]) -> None:
+    """Make ``X | None``'s JSON schema plain ``X``: for a field that may be left out but never sent as null."""
+    options = schema.pop("anyOf", None)
+    if options is not None:
+        [kept] = [option for option in options if option != {"type": "null"}]
+        schema.update(kept)
+    schema.pop("default", None)
+
+
+def absent() -> Any:
+    """The default of a patch field that may be left out (None, to Python) but not sent as null (the validators
+    refuse it): the JSON schema must not offer null, or clients generated from it would send it."""
+    return Field(None, json_schema_extra=_not_nullable)
 
 
 class _In(BaseModel):
@@ -101,9 +177,19 @@ class _Out(BaseModel):
 class ConsumeRequest(_In):
     """Spend and speak in one step. Give a tier, or an amount (it buys the most expensive tier it covers)."""
 
+    # The rules refuse both or neither (arbiter.core.rules); the document says so, for generated clients.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["tier"], "properties": {"tier": {"not": {"type": "null"}}}},
+                {"required": ["amount"], "properties": {"amount": {"not": {"type": "null"}}}},
+            ]
+        }
+    )
+
     text: Text
     tier: Tier | None = None
-    amount: Annotated[StrictInt, Field(gt=0, le=LIMITS["capacity"].high)] | None = None
+    amount: Annotated[StrictInt, Field(gt=0, le=LIMITS["capacity"].high), BeforeValidator(_whole_number)] | None = None
     based_on_seq: Seq | None = Field(None, description="the last history seq the text was written against")
     persona: Id | None = Field(None, description="optional; must be the token's own persona")
 
@@ -132,7 +218,7 @@ class ObservedMessage(_In):
     author_name: Name
     author_kind: AuthorKind = AuthorKind.HUMAN
     text: Text
-    platform_message_id: Annotated[str, StringConstraints(min_length=1, max_length=64)] | None = None
+    platform_message_id: PlatformId | None = None
     mentions: list[Id] = Field(default_factory=list, max_length=50, description="persona ids @mentioned")
 
 
@@ -149,12 +235,11 @@ class EditRequest(_In):
 class UsageReport(_In):
     prompt_tokens: _bounded("tokens")  # type: ignore[valid-type]
     completion_tokens: _bounded("tokens")  # type: ignore[valid-type]
-    model: Annotated[str, StringConstraints(max_length=100)] | None = None
+    model: Annotated[str, StringConstraints(max_length=100), NoNul] | None = None
     persona: Id | None = None
 
 
 Color = Annotated[str, StringConstraints(pattern=r"^#[0-9a-fA-F]{6}$")]
-PlatformId = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 
 
 class PersonaRegistration(_In):
@@ -176,9 +261,9 @@ def _not_null(value: Any, info: ValidationInfo) -> Any:
 
 
 class TierPatch(_In):
-    cost: _bounded("cost") | None = None  # type: ignore[valid-type]
-    max_length: _bounded("max_length") | None = None  # type: ignore[valid-type]
-    recovery_s: _bounded("recovery_s", StrictFloat) | None = None  # type: ignore[valid-type]
+    cost: _bounded("cost") | None = absent()  # type: ignore[valid-type]
+    max_length: _bounded("max_length") | None = absent()  # type: ignore[valid-type]
+    recovery_s: _bounded("recovery_s", StrictFloat) | None = absent()  # type: ignore[valid-type]
 
     _present = field_validator("*", mode="before")(_not_null)
 
@@ -186,20 +271,22 @@ class TierPatch(_In):
 class SettingsPatch(_In):
     """Change some settings; fields left out stay as they are. The whole result is checked before it is saved."""
 
-    capacity: _bounded("capacity") | None = None  # type: ignore[valid-type]
-    tiers: dict[Tier, TierPatch] | None = None
-    enabled: StrictBool | None = None
-    paused: StrictBool | None = None
-    idle_cap: _bounded("idle_cap") | None = None  # type: ignore[valid-type]
+    capacity: _bounded("capacity") | None = absent()  # type: ignore[valid-type]
+    tiers: dict[Tier, TierPatch] | None = absent()
+    enabled: StrictBool | None = absent()
+    paused: StrictBool | None = absent()
+    idle_cap: _bounded("idle_cap") | None = absent()  # type: ignore[valid-type]
     daily_token_budget: _bounded("daily_token_budget") | None = Field(  # type: ignore[valid-type]
         None, description="null for no budget"
     )
-    topic: Annotated[str, StringConstraints(strip_whitespace=True, max_length=MAX_TOPIC_LENGTH)] | None = None
-    claim_ttl_s: _bounded("claim_ttl_s", StrictFloat) | None = None  # type: ignore[valid-type]
-    priority_window_s: _bounded("priority_window_s", StrictFloat) | None = None  # type: ignore[valid-type]
-    human_hold_s: _bounded("human_hold_s", StrictFloat) | None = None  # type: ignore[valid-type]
-    stale_tolerance: _bounded("stale_tolerance") | None = None  # type: ignore[valid-type]
-    personas_enabled_by_default: StrictBool | None = None
+    topic: Annotated[str, StringConstraints(strip_whitespace=True, max_length=MAX_TOPIC_LENGTH), NoNul] | None = (
+        absent()
+    )
+    claim_ttl_s: _bounded("claim_ttl_s", StrictFloat) | None = absent()  # type: ignore[valid-type]
+    priority_window_s: _bounded("priority_window_s", StrictFloat) | None = absent()  # type: ignore[valid-type]
+    human_hold_s: _bounded("human_hold_s", StrictFloat) | None = absent()  # type: ignore[valid-type]
+    stale_tolerance: _bounded("stale_tolerance") | None = absent()  # type: ignore[valid-type]
+    personas_enabled_by_default: StrictBool | None = absent()
 
     @field_validator("*", mode="before")
     @classmethod
@@ -217,8 +304,8 @@ class SettingsPatch(_In):
 
 
 class PersonaPolicyPatch(_In):
-    enabled: StrictBool | None = None
-    muted: StrictBool | None = None
+    enabled: StrictBool | None = absent()
+    muted: StrictBool | None = absent()
 
     _present = field_validator("*", mode="before")(_not_null)
 
@@ -296,6 +383,14 @@ class TierSettings(_Out):
 
 class TierView(TierSettings):
     affordable: bool = Field(description="whether the pool holds this tier's cost now")
+    # The arbiter's own verdict (the rules a claim is checked by), for the persona whose token read the status:
+    # personas plan from it instead of keeping a copy of the rules.
+    may_claim: bool | None = Field(
+        None, description="whether a claim of this tier by the caller would be granted now; null without a persona"
+    )
+    reason: RefusalReason | None = Field(None, description="why a claim would be refused now")
+    detail: str | None = Field(None, description="the refusal in words")
+    retry_after: float | None = Field(None, description="seconds until trying again could succeed, when waiting helps")
 
 
 class RefundView(_Out):
@@ -326,6 +421,9 @@ class StatusView(_Out):
     tokens_today: int
     daily_token_budget: int | None
     last_seq: int
+    stale_tolerance: int = Field(
+        1, description="how many remarks or human messages may come after the one a remark answers before it is stale"
+    )
     claims_held: dict[Tier, int] = Field(
         default_factory=dict, description="live claims in the channel by tier: who is about to speak, and how much"
     )
@@ -395,67 +493,92 @@ class Health(_Out):
     ok: bool = True
 
 
-# --- events (the WebSocket stream) ----------------------------------------------------------------------
+# --- events (the event stream) ---------------------------------------------------------------------------
+# Each frame of GET /v1/channels/{channel_id}/events is one of these, told apart by ``type``. The arbiter builds
+# every event it sends from these models and clients parse every frame into them (``parse_event``), so both ends
+# agree on the shapes by construction.
 
 
 class MessageEvent(_Out):
+    """A message was said; or, on a stream opened with ?after=, one said after that seq, replayed from the history."""
+
     type: Literal["message"] = "message"
     channel_id: str
     message: MessageView
 
 
 class LevelEvent(_Out):
+    """The pool's level: first on every stream (right after any replay), then whenever it changes."""
+
     type: Literal["level"] = "level"
     channel_id: str
     level: int
     capacity: int
     at: float
-    next_refund_at: float | None = None
+    next_refund_at: float | None = Field(None, description="when the next spend comes back, if one is out")
 
 
 class ClaimEvent(_Out):
+    """A claim was made, or settled: spoken, released (a pass) or retracted (see ``claim.state``)."""
+
     type: Literal["claim"] = "claim"
     channel_id: str
     claim: ClaimView
 
 
 class RetractedEvent(_Out):
+    """A persona took back message ``seq`` (its post failed): it is no longer part of the conversation."""
+
     type: Literal["retracted"] = "retracted"
     channel_id: str
     seq: int
 
 
 class EditedEvent(_Out):
+    """A message was edited on the platform: ``message`` is the message with its new text, under the same seq."""
+
     type: Literal["edited"] = "edited"
     channel_id: str
     message: MessageView
 
 
 class DeletedEvent(_Out):
+    """Message ``seq`` was deleted on the platform: it is no longer part of the conversation."""
+
     type: Literal["deleted"] = "deleted"
     channel_id: str
     seq: int
 
 
 class SettingsEvent(_Out):
+    """The channel's settings changed (or the channel was created)."""
+
     type: Literal["settings"] = "settings"
     channel_id: str
     settings: SettingsView
 
 
 class ClearedEvent(_Out):
+    """The history was cleared: every message up to ``last_seq`` is gone. New messages go on from ``last_seq + 1``,
+    so a client drops what it holds up to ``last_seq`` (not what it may have been sent after it)."""
+
     type: Literal["cleared"] = "cleared"
     channel_id: str
     last_seq: int
 
 
-EVENT_MODELS: tuple[type[_Out], ...] = (
-    MessageEvent,
-    LevelEvent,
-    ClaimEvent,
-    RetractedEvent,
-    EditedEvent,
-    DeletedEvent,
-    SettingsEvent,
-    ClearedEvent,
-)
+ArbiterEvent: TypeAlias = Annotated[
+    MessageEvent | LevelEvent | ClaimEvent | RetractedEvent | EditedEvent | DeletedEvent | SettingsEvent | ClearedEvent,
+    Field(discriminator="type"),
+]
+"""Any frame of the event stream. A ``match`` over it that ends in ``assert_never`` handles every kind."""
+
+EVENT_MODELS: tuple[type[_Out], ...] = get_args(get_args(ArbiterEvent)[0])
+
+_EVENT: TypeAdapter[ArbiterEvent] = TypeAdapter(ArbiterEvent)
+
+
+def parse_event(raw: str | bytes) -> ArbiterEvent:
+    """One frame of the event stream as its model. Raises ``pydantic.ValidationError`` for a frame that is not
+    one (of a kind this version does not know, the error's type is ``union_tag_invalid``)."""
+    return _EVENT.validate_json(raw)

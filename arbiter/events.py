@@ -1,71 +1,93 @@
-"""Channel events and their in-process fan-out to subscribers (the WebSocket streams)."""
+"""Channel events and their in-process fan-out to subscribers (the event streams).
+
+Every event is one of ``arbiter.contract``'s event models (what the streams send), or a ``PersonaEvent``, which
+no stream sends: it keeps every arbiter process's registry of personas current.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
-from collections import defaultdict
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections import defaultdict, deque
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
+
+from pydantic import Field, TypeAdapter
+
+from arbiter.contract import ArbiterEvent, PersonaInfoView
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterable, Mapping
+    from collections.abc import AsyncIterator, Callable, Iterable
 
-__all__ = ("Event", "EventHub", "Subscription")
+__all__ = ("Event", "EventHub", "PersonaEvent", "Subscription", "parse_any_event")
 
 _log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
-    """Something that happened in a channel. ``data`` is JSON-ready; ``type`` is message, level, claim, ..."""
+class PersonaEvent(PersonaInfoView):
+    """A persona registered, or changed how it presents itself. Its channel id is empty, which no channel's is,
+    so no stream carries it; the service's registry hears it, and through the PostgreSQL relay every other
+    arbiter process's does too. (The JSON keeps the persona's fields at the top level, as before the models.)"""
 
-    channel_id: str
-    type: str
-    data: Mapping[str, Any] = field(default_factory=dict)
+    type: Literal["persona"] = "persona"
+    channel_id: Literal[""] = ""
 
-    def to_json(self) -> str:
-        return json.dumps({"type": self.type, "channel_id": self.channel_id, **self.data}, ensure_ascii=False)
 
-    @classmethod
-    def from_json(cls, raw: str) -> Event:
-        data = json.loads(raw)
-        return cls(channel_id=data.pop("channel_id"), type=data.pop("type"), data=data)
+Event: TypeAlias = Annotated[ArbiterEvent | PersonaEvent, Field(discriminator="type")]
+"""Anything published on the hub."""
+
+_ANY_EVENT: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def parse_any_event(raw: str | bytes) -> Event:
+    """An event from its JSON (``model_dump_json``), as another arbiter process relays it."""
+    return _ANY_EVENT.validate_json(raw)
 
 
 class Subscription:
-    """One subscriber's queue. Iterate it; it ends when the hub drops a subscriber that fell behind."""
+    """One subscriber's queue of a channel's events. Iterate it; it ends when it is closed (after what was queued
+    by then) or when the hub drops it for falling behind (at once: see ``overflowed``)."""
 
     def __init__(self, hub: EventHub, channel_id: str, maxsize: int) -> None:
         self.channel_id = channel_id
         self._hub = hub
-        self._queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize)
+        self._maxsize = maxsize
+        self._queue: deque[Event] = deque()
+        self._ready = asyncio.Event()
+        self._ended = False
         self.overflowed = False
 
     def _offer(self, event: Event) -> bool:
-        try:
-            self._queue.put_nowait(event)
-        except asyncio.QueueFull:
-            # A slow reader must not hold everyone back or grow memory: drop it; it can resync from history.
-            self.overflowed = True
-            self._queue.get_nowait()
-            self._queue.put_nowait(None)
+        if self._ended:
             return False
+        if len(self._queue) >= self._maxsize:
+            # A slow reader must not hold everyone back or grow memory: it is dropped, and resumes from the history
+            # with ?after=<the last seq it got>. What is still queued is dropped with it, not just the oldest
+            # event: the end of what a reader got is something it knows, a hole in the middle would not be.
+            self.overflowed = True
+            self._queue.clear()
+            self._end()
+            return False
+        self._queue.append(event)
+        self._ready.set()
         return True
 
     def close(self) -> None:
         self._hub._remove(self)
-        with contextlib.suppress(asyncio.QueueFull):
-            self._queue.put_nowait(None)
+        self._end()
+
+    def _end(self) -> None:
+        self._ended = True
+        self._ready.set()
 
     async def __aiter__(self) -> AsyncIterator[Event]:
         while True:
-            event = await self._queue.get()
-            if event is None:
+            if self._queue:
+                yield self._queue.popleft()
+                continue
+            if self._ended:
                 return
-            yield event
+            self._ready.clear()
+            await self._ready.wait()
 
     def __enter__(self) -> Subscription:
         return self
@@ -77,18 +99,20 @@ class Subscription:
 class EventHub:
     def __init__(self, *, queue_size: int = 1_000) -> None:
         self._subscribers: defaultdict[str, set[Subscription]] = defaultdict(set)
-        self._queue_size = queue_size
-        self._listeners: list[Any] = []
+        # How many events a subscriber may have waiting before it is dropped as fallen behind. Read at each
+        # subscription, so a test can make it small.
+        self.queue_size = queue_size
+        self._listeners: list[Callable[[Event], Any]] = []
 
     def subscribe(self, channel_id: str) -> Subscription:
-        subscription = Subscription(self, channel_id, self._queue_size)
+        subscription = Subscription(self, channel_id, self.queue_size)
         self._subscribers[channel_id].add(subscription)
         return subscription
 
     def watching(self, channel_id: str) -> bool:
         return bool(self._subscribers.get(channel_id))
 
-    def add_listener(self, listener: Any) -> None:
+    def add_listener(self, listener: Callable[[Event], Any]) -> None:
         """Call ``listener(event)`` for every event published (used for the refund ticker)."""
         self._listeners.append(listener)
 

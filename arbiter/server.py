@@ -93,7 +93,8 @@ async def open_arbiter(
             clock=clock,
             new_id=IdFactory(),
             personas=tokens,
-            wants_events=(lambda _channel_id: True) if relay is not None else hub.watching,
+            # Other processes on the database hear every event through the relay; alone, only what is watched.
+            wants_events=None if relay is not None else hub.watching,
         )
         await service.load_personas()
         hub.add_listener(service.on_event)

@@ -7,8 +7,8 @@ Changes run through the BatchWriter (one locked transaction per batch); reads go
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from arbiter import contract as wire
@@ -22,14 +22,14 @@ from arbiter.core.models import (
     Message,
     PersonaInfo,
     PersonaPolicy,
-    Spend,
     SpendState,
     Tier,
 )
 from arbiter.core.rules import Author, Transition
 from arbiter.core.validation import patch_settings, validate_settings
-from arbiter.events import Event
+from arbiter.events import Event, PersonaEvent
 from arbiter.storage import repository as repo
+from arbiter.views import claim_view, message_view, next_refund, persona_view, settings_view, status_view
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping, Sequence
@@ -37,95 +37,15 @@ if TYPE_CHECKING:
     from arbiter.storage.database import Database
     from arbiter.storage.writer import BatchWriter, Clock, WriteTx
 
-__all__ = ("ArbiterService", "IntakeMark", "message_view", "settings_view")
+__all__ = ("ArbiterService", "IntakeMark")
 
 _log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 
-def message_view(message: Message) -> wire.MessageView:
-    return wire.MessageView(
-        seq=message.seq,
-        author_id=message.author_id,
-        author_kind=message.author_kind,
-        author_name=message.author_name,
-        text=message.text,
-        at=message.created_at,
-        tier=message.tier,
-        cost=message.cost,
-        platform_message_id=message.platform_message_id,
-        addressed=list(message.addressed),
-    )
-
-
-def claim_view(spend: Spend, now: float) -> wire.ClaimView:
-    held = spend.held(now)
-    return wire.ClaimView(
-        claim_id=spend.id,
-        persona=spend.persona_id,
-        tier=spend.tier,
-        cost=spend.cost,
-        state=spend.state,
-        expires_at=spend.refund_at if held else None,
-    )
-
-
-def settings_view(
-    channel_id: str, settings: ChannelSettings, names: Mapping[str, str] | None = None
-) -> wire.SettingsView:
-    names = names or {}
-    personas = {pid: settings.policy(pid) for pid in sorted({*settings.personas, *names})}
-    return wire.SettingsView(
-        channel_id=channel_id,
-        capacity=settings.capacity,
-        tiers={
-            t: wire.TierSettings(cost=r.cost, max_length=r.max_length, recovery_s=r.recovery_s)
-            for t, r in settings.tiers.items()
-        },
-        enabled=settings.enabled,
-        paused=settings.paused,
-        idle_cap=settings.idle_cap,
-        daily_token_budget=settings.daily_token_budget,
-        topic=settings.topic,
-        claim_ttl_s=settings.claim_ttl_s,
-        priority_window_s=settings.priority_window_s,
-        human_hold_s=settings.human_hold_s,
-        stale_tolerance=settings.stale_tolerance,
-        personas_enabled_by_default=settings.personas_enabled_by_default,
-        personas={
-            pid: wire.PersonaView(enabled=p.enabled, muted=p.muted, display_name=names.get(pid))
-            for pid, p in personas.items()
-        },
-    )
-
-
-def persona_view(info: PersonaInfo) -> wire.PersonaInfoView:
-    return wire.PersonaInfoView(
-        id=info.id,
-        display_name=info.display_name,
-        aliases=list(info.aliases),
-        color=info.color,
-        platform_user_id=info.platform_user_id,
-    )
-
-
-def _next_refund(state: ChannelState, now: float) -> float | None:
-    schedule = rules.refund_schedule(state, now)
-    return schedule[0][0] if schedule else None
-
-
-def _upcoming_refunds(state: ChannelState, now: float, limit: int = 10) -> list[tuple[float, int]]:
-    """The next refunds, those due within the same tenth of a second merged: enough to plan a turn."""
-    merged: list[tuple[float, int]] = []
-    for at, amount in rules.refund_schedule(state, now):
-        if merged and at - merged[-1][0] < 0.1:
-            merged[-1] = (merged[-1][0], merged[-1][1] + amount)
-        elif len(merged) == limit:
-            break
-        else:
-            merged.append((at, amount))
-    return merged
+def _nothing(_tx: WriteTx) -> None:
+    """A step that changes nothing: run through the writer, it returns once every step queued before it has."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,10 +67,11 @@ class ArbiterService:
         new_id: Callable[[], str],
         personas: Collection[str] = (),
         default_settings: ChannelSettings | None = None,
-        wants_events: Callable[[str], bool] = lambda _channel_id: True,
+        wants_events: Callable[[str], bool] | None = None,
     ) -> None:
         """``wants_events(channel_id)``: whether anyone will hear that channel's events; building them is skipped
-        when no one will (the common case on one SQLite process with no open streams)."""
+        when no one will (the common case on one SQLite process with no open streams). None: always build them
+        (other arbiter processes may be listening)."""
         self._database = database
         self._writer = writer
         self._clock = clock
@@ -159,7 +80,9 @@ class ArbiterService:
         self.personas = frozenset(personas)
         self._defaults = default_settings or ChannelSettings()
         validate_settings(self._defaults)
-        self._registry: dict[str, PersonaInfo] = {}  # how each persona registered (names, colour, platform id)
+        # How each persona registered (names, colour, platform id). Writer steps read it from the writer's thread
+        # while the event loop registers personas: a snapshot, replaced whole, never changed in place.
+        self._registry: Mapping[str, PersonaInfo] = MappingProxyType({})
 
     def now(self) -> float:
         return self._clock()
@@ -193,13 +116,14 @@ class ArbiterService:
     def _events(self, transition: Transition, now: float, before: ChannelState) -> list[Event]:
         """What the stream should hear about a transition."""
         channel_id = transition.state.channel_id
-        events = [
-            Event(channel_id, "message", {"message": message_view(m).model_dump(mode="json")})
-            for m in transition.new_messages
+        events: list[Event] = [
+            wire.MessageEvent(channel_id=channel_id, message=message_view(m)) for m in transition.new_messages
         ]
-        events += [Event(channel_id, "retracted", {"seq": m.seq}) for m in transition.changed_messages if m.retracted]
         events += [
-            Event(channel_id, "claim", {"claim": claim_view(s, now).model_dump(mode="json")})
+            wire.RetractedEvent(channel_id=channel_id, seq=m.seq) for m in transition.changed_messages if m.retracted
+        ]
+        events += [
+            wire.ClaimEvent(channel_id=channel_id, claim=claim_view(s, now))
             for s in (*transition.new_spends, *transition.changed_spends)
         ]
         after_level = rules.level(transition.state, now)
@@ -207,22 +131,19 @@ class ArbiterService:
             events.append(self._level_event(transition.state, now))
         return events
 
-    def _level_event(self, state: ChannelState, now: float) -> Event:
-        return Event(
-            state.channel_id,
-            "level",
-            {
-                "level": rules.level(state, now),
-                "capacity": state.settings.capacity,
-                "at": now,
-                "next_refund_at": _next_refund(state, now),
-            },
+    def _level_event(self, state: ChannelState, now: float) -> wire.LevelEvent:
+        return wire.LevelEvent(
+            channel_id=state.channel_id,
+            level=rules.level(state, now),
+            capacity=state.settings.capacity,
+            at=now,
+            next_refund_at=next_refund(state, now),
         )
 
     def _commit(self, tx: WriteTx, before: ChannelState, transition: Transition) -> None:
         if transition.changed:
             tx.apply(transition)
-            if self._wants_events(before.channel_id):
+            if self._wants_events is None or self._wants_events(before.channel_id):
                 tx.emit(*self._events(transition, tx.now(), before))
 
     def _verdict(self, state: ChannelState, now: float, outcome: Any, **extra: Any) -> dict[str, Any]:
@@ -416,7 +337,8 @@ class ArbiterService:
                         return wire.ObserveResult(seq=granted.seq, created=False)
             addressed: tuple[str, ...] = ()
             if author_kind is AuthorKind.HUMAN:
-                candidates = {pid: info.names for pid, info in self._registry.items() if pid in self.personas}
+                registry = self._registry  # one snapshot for the whole step
+                candidates = {pid: info.names for pid, info in registry.items() if pid in self.personas}
                 candidates.update({pid: () for pid in self.personas if pid not in candidates})
                 addressed = addressed_personas(text, candidates, mentions)
             author = Author(author_id, author_name, author_kind)
@@ -504,9 +426,9 @@ class ArbiterService:
             if transition.changed:
                 tx.apply(transition)
                 if text is None:
-                    tx.emit(Event(channel_id, "deleted", {"seq": message.seq}))
+                    tx.emit(wire.DeletedEvent(channel_id=channel_id, seq=message.seq))
                 else:
-                    tx.emit(Event(channel_id, "edited", {"message": view.model_dump(mode="json")}))
+                    tx.emit(wire.EditedEvent(channel_id=channel_id, message=view))
             return view
 
         return await self._change(channel_id, step)
@@ -527,21 +449,19 @@ class ArbiterService:
 
         def step(tx: WriteTx) -> None:
             repo.upsert_persona(tx.conn, info, tx.now())
-            tx.emit(Event("", "persona", persona_view(info).model_dump(mode="json")))
+            tx.emit(PersonaEvent(**persona_view(info).model_dump()))
 
         await self._writer.run(step)
 
     def on_event(self, event: Event) -> None:
         """Keep the registry current, also when another arbiter process registered the persona."""
-        if event.type == "persona":
-            view = wire.PersonaInfoView.model_validate(event.data)
-            self._registry[view.id] = PersonaInfo(
-                view.id, view.display_name, tuple(view.aliases), view.color, view.platform_user_id
-            )
+        if isinstance(event, PersonaEvent):
+            info = PersonaInfo(event.id, event.display_name, tuple(event.aliases), event.color, event.platform_user_id)
+            self._registry = MappingProxyType({**self._registry, info.id: info})
 
     async def load_personas(self) -> None:
-        for info in await self._database.read(repo.persona_infos):
-            self._registry[info.id] = info
+        infos = await self._database.read(repo.persona_infos)
+        self._registry = MappingProxyType({**self._registry, **{info.id: info for info in infos}})
 
     def personas_info(self) -> wire.PersonaList:
         """Every persona with a token here, as registered (or by its id until it registers)."""
@@ -566,49 +486,26 @@ class ArbiterService:
     async def status(self, channel_id: str, persona_id: str | None = None) -> wire.StatusView:
         now = self.now()
         state = await self._read_state(channel_id, now)
-        level = rules.level(state, now)
-        settings = state.settings
-        you = claim = None
-        if persona_id is not None:
-            policy = settings.policy(persona_id)
-            name = self._name(persona_id)
-            you = wire.PersonaView(enabled=policy.enabled, muted=policy.muted, display_name=name)
-            held = state.claim_of(persona_id, now)
-            claim = None if held is None else claim_view(held, now)
-        priority = state.priority if state.priority is not None and now < state.priority.until else None
-        return wire.StatusView(
-            channel_id=channel_id,
-            now=now,
-            level=level,
-            capacity=settings.capacity,
-            enabled=settings.enabled,
-            paused=settings.paused,
-            topic=settings.topic,
-            tiers={
-                tier: wire.TierView(
-                    cost=rule.cost,
-                    max_length=rule.max_length,
-                    recovery_s=rule.recovery_s,
-                    affordable=rule.cost <= level,
-                )
-                for tier, rule in settings.tiers.items()
-            },
-            refunds=[wire.RefundView(at=at, amount=amount) for at, amount in _upcoming_refunds(state, now)],
-            bot_streak=state.bot_streak,
-            idle_cap=settings.idle_cap,
-            priority=sorted(priority.persona_ids) if priority else [],
-            priority_until=priority.until if priority else None,
-            tokens_today=rules.tokens_today(state, now),
-            daily_token_budget=settings.daily_token_budget,
-            last_seq=state.last_seq,
-            claims_held=dict(Counter(claim.tier for claim in state.claims if claim.held(now))),
-            you=you,
-            claim=claim,
-        )
+        name = None if persona_id is None else self._name(persona_id)
+        return status_view(state, now, persona_id=persona_id, display_name=name)
 
-    async def level_event(self, channel_id: str) -> Event:
+    async def level_event(self, channel_id: str) -> wire.LevelEvent:
         now = self.now()
         return self._level_event(await self._read_state(channel_id, now), now)
+
+    async def stream_start(self, channel_id: str) -> tuple[wire.LevelEvent, int]:
+        """Where a stream that has just subscribed to the channel's events starts: the channel's level, and its last
+        seq (every message after it reaches the subscription). Raises NotFound for an unknown channel.
+
+        When events are built only for channels someone watches (``wants_events``), a change decided before the
+        subscription, but committed after, publishes none: its message would be neither in a history read now
+        nor among the events to come. So this first waits until the writer has committed (and published) every
+        change it had begun: an empty step goes through it, after them."""
+        if self._wants_events is not None:
+            await self._writer.run(_nothing)
+        now = self.now()
+        state = await self._read_state(channel_id, now)
+        return self._level_event(state, now), state.last_seq
 
     async def history(self, channel_id: str, *, after: int = 0, limit: int = 50) -> wire.HistoryPage:
         await self._read_state(channel_id, self.now())
@@ -653,7 +550,7 @@ class ArbiterService:
                 return self._save_settings(tx, state, patch_settings(state.settings, changes))
             created = tx.create_channel(ChannelState(channel_id, settings, history_since=tx.now()))
             view = self._settings_view(created)
-            tx.emit(Event(channel_id, "settings", {"settings": view.model_dump(mode="json")}))
+            tx.emit(wire.SettingsEvent(channel_id=channel_id, settings=view))
             return view
 
         return await self._writer.run(run, (channel_id,))
@@ -689,7 +586,7 @@ class ArbiterService:
             next_state = replace(next_state, history_since=now)
         tx.replace_state(next_state)
         view = self._settings_view(next_state)
-        tx.emit(Event(state.channel_id, "settings", {"settings": view.model_dump(mode="json")}))
+        tx.emit(wire.SettingsEvent(channel_id=state.channel_id, settings=view))
         if rules.level(next_state, now) != before or settings.capacity != state.settings.capacity:
             tx.emit(self._level_event(next_state, now))
         return view
@@ -701,7 +598,7 @@ class ArbiterService:
             deleted = tx.delete_history(channel_id)
             transition = rules.clear_history(state, tx.now())
             tx.replace_state(transition.state)
-            tx.emit(Event(channel_id, "cleared", {"last_seq": state.last_seq}))
+            tx.emit(wire.ClearedEvent(channel_id=channel_id, last_seq=state.last_seq))
             return deleted
 
         return await self._change(channel_id, step)

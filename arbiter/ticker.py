@@ -7,6 +7,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from arbiter.contract import LevelEvent
 from arbiter.core.errors import ArbiterError
 
 if TYPE_CHECKING:
@@ -30,9 +31,10 @@ class RefundTicker:
         hub.add_listener(self._on_event)
 
     def _on_event(self, event: Event) -> None:
-        due = event.data.get("next_refund_at") if event.type == "level" else None
-        if due is not None and self._hub.watching(event.channel_id):
-            self._schedule(event.channel_id, float(due))
+        if not isinstance(event, LevelEvent) or event.next_refund_at is None:
+            return
+        if self._hub.watching(event.channel_id):
+            self._schedule(event.channel_id, event.next_refund_at)
 
     def _schedule(self, channel_id: str, due: float) -> None:
         current = self._timers.get(channel_id)

@@ -6,7 +6,6 @@ One ``aiohttp.ClientSession`` (created by the caller, passed in) per process; ea
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -103,9 +102,10 @@ class ArbiterClient:
     async def register(self, persona_id: str, registration: wire.PersonaRegistration) -> None:
         await self._call("PUT", f"{self._base}/v1/personas/{persona_id}", None, registration)
 
-    async def events(self, channel_id: str, *, after: int | None = None) -> AsyncIterator[dict[str, Any]]:
-        """The channel's event stream, from ``after`` (replayed from the history) onward. Ends when the
-        connection does; the caller reconnects with the last seq it saw, so nothing is missed."""
+    async def events(self, channel_id: str, *, after: int | None = None) -> AsyncIterator[wire.ArbiterEvent]:
+        """The channel's event stream, from ``after`` (replayed from the history) onward, each frame as its model.
+        Ends when the connection does (the arbiter drops a reader that fell behind); the caller reconnects with
+        the last seq it saw, so nothing is missed. A frame of a kind this version does not know is skipped."""
         params = {} if after is None else {"after": str(after)}
         try:
             # The handshake gets the same time limit as any call; once open, heartbeats notice a dead stream.
@@ -114,10 +114,25 @@ class ArbiterClient:
                     self._url(channel_id, "/events"), headers=self._headers, params=params, heartbeat=30
                 )
             async with socket:
-                async for frame in socket:
+                while True:
+                    frame = await socket.receive()
                     if frame.type is aiohttp.WSMsgType.TEXT:
-                        yield json.loads(frame.data)
-                    elif frame.type in (aiohttp.WSMsgType.ERROR, aiohttp.WSMsgType.CLOSED):
+                        event = _event(channel_id, frame.data)
+                        if event is not None:
+                            yield event
+                    elif frame.type is aiohttp.WSMsgType.CLOSE:
+                        # Why the arbiter ended it, when it was not a plain goodbye: "fell behind; reconnect with
+                        # ?after=41" (the caller resumes after its last seq, which is that one).
+                        level = logging.DEBUG if frame.data == aiohttp.WSCloseCode.OK else logging.INFO
+                        _log.log(
+                            level,
+                            "event stream of %s closed by the arbiter: %s %s",
+                            channel_id,
+                            frame.data,
+                            frame.extra,
+                        )
+                        return
+                    elif frame.type in (aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
                         return
         except aiohttp.WSServerHandshakeError as error:
             if 400 <= error.status < 500:
@@ -125,6 +140,20 @@ class ArbiterClient:
             raise ArbiterUnavailable(f"event stream of {channel_id}: HTTP {error.status}") from error
         except (aiohttp.ClientError, TimeoutError) as error:
             raise ArbiterUnavailable(f"event stream of {channel_id}: {type(error).__name__}: {error}") from error
+
+
+def _event(channel_id: str, raw: str) -> wire.ArbiterEvent | None:
+    """A frame as its event model; None for one to skip. A kind this version does not know is a newer arbiter's:
+    skipped quietly. A frame that is not what the contract says is skipped with a warning, rather than ending the
+    stream: reconnecting would replay the same frame."""
+    try:
+        return wire.parse_event(raw)
+    except ValidationError as error:
+        if any(detail["type"] == "union_tag_invalid" for detail in error.errors()):
+            _log.debug("event stream of %s: skipping an event of an unknown kind", channel_id)
+        else:
+            _log.warning("event stream of %s: skipping a malformed event: %s", channel_id, error)
+        return None
 
 
 def _rejected(status: int, raw: bytes) -> ArbiterRejected:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic.json_schema import models_json_schema
 
-from arbiter.api.routes import ENDPOINTS, Access, Endpoint
+from arbiter.api.routes import _PATH_PARAMS, ENDPOINTS, Access, Endpoint, HistoryQuery
 from arbiter.contract import EVENT_MODELS, ErrorBody, Health
 
 if TYPE_CHECKING:
@@ -17,12 +17,13 @@ __all__ = ("openapi_document",)
 
 _REF = "#/components/schemas/{model}"
 _PATH_PARAM = re.compile(r"{(\w+)}")
+# What the router's checks accept (the same patterns), so that generated clients send only what works. A seq is
+# 1 to 18 digits, with no leading zero.
 _PARAM_SCHEMAS: dict[str, dict[str, Any]] = {
-    "channel_id": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"},
-    "persona_id": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"},
-    "claim_id": {"type": "string"},
-    "seq": {"type": "integer", "minimum": 1},
-    "platform_message_id": {"type": "string", "pattern": r"^[A-Za-z0-9_.:-]{1,64}$"},
+    name: {"type": "integer", "minimum": 1, "maximum": 10**18 - 1}
+    if name == "seq"
+    else {"type": "string", "pattern": pattern.pattern}
+    for name, pattern in _PATH_PARAMS.items()
 }
 _ERRORS = {
     400: "Malformed JSON",
@@ -80,8 +81,10 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
         "x-access": endpoint.access.value,
     }
     if endpoint.body is not None:
+        # The server reads an empty body as {}: a body is required only where {} would not do.
+        required = any(field.is_required() for field in endpoint.body.model_fields.values())
         operation["requestBody"] = {
-            "required": True,
+            "required": required,
             "content": {"application/json": {"schema": _ref(endpoint.body)}},
         }
     if endpoint.access is not Access.PUBLIC:
@@ -138,20 +141,37 @@ def _events_operation() -> dict[str, Any]:
         "summary": "The channel's live events (WebSocket)",
         "operationId": "events",
         "tags": ["turns"],
-        "description": "Upgrade to a WebSocket. Each text frame is one JSON event: "
+        "description": "Upgrade to a WebSocket. Each text frame is one JSON event, told apart by its type: "
         + ", ".join(model.__name__ for model in EVENT_MODELS)
-        + ". With ?after=<seq> the messages after that seq are replayed first, then the stream goes live.",
+        + ". With ?after=<seq> the messages after that seq are replayed first, then the level, then the stream"
+        " goes live without a gap or a duplicate. A client that falls behind is closed with code 4008 and the"
+        " reason 'fell behind; reconnect with ?after=<seq>', that seq the last message it was sent.",
         "parameters": [
             {"name": "channel_id", "in": "path", "required": True, "schema": _PARAM_SCHEMAS["channel_id"]},
-            {"name": "after", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0}},
+            {"name": "after", "in": "query", "required": False, "schema": _after_schema()},
         ],
         "responses": {
             "101": {
                 "description": "Switching to the event stream",
                 "content": {"application/json": {"schema": {"oneOf": [_ref(model) for model in EVENT_MODELS]}}},
             },
-            "401": {"description": _ERRORS[401], "content": {"application/json": {"schema": _ref(ErrorBody)}}},
-            "404": {"description": _ERRORS[404], "content": {"application/json": {"schema": _ref(ErrorBody)}}},
+            **{
+                str(code): {"description": description, "content": {"application/json": {"schema": _ref(ErrorBody)}}}
+                for code, description in (
+                    (400, "Not a WebSocket upgrade request"),
+                    (401, _ERRORS[401]),
+                    (404, _ERRORS[404]),
+                    (422, "channel_id or after is invalid; the error names it"),
+                    (503, _ERRORS[503]),
+                )
+            },
         },
         "security": [{"bearer": []}],
+        "x-access": Access.ANY.value,
     }
+
+
+def _after_schema() -> dict[str, Any]:
+    # The stream reads ?after= with the history's query model: the same bounds.
+    schema: dict[str, Any] = HistoryQuery.model_json_schema()["properties"]["after"]
+    return {key: value for key, value in schema.items() if key != "default"}

@@ -14,13 +14,16 @@ import logging
 from aiohttp import WSMsgType, web
 
 from arbiter.api.routes import AUTH, SERVICE, HistoryQuery, _check_path, _parse_query
-from arbiter.events import Event, EventHub
+from arbiter.events import EventHub
+from arbiter.feed import ChannelFeed
 
 __all__ = ("HUB", "events_handler", "stream_events")
 
 _log = logging.getLogger(__name__)
 
 HUB = web.AppKey("hub", EventHub)
+# The close code of a stream whose client fell behind (4000-4999 are for applications).
+FELL_BEHIND = 4008
 
 
 async def events_handler(request: web.Request) -> web.StreamResponse:
@@ -33,31 +36,26 @@ async def events_handler(request: web.Request) -> web.StreamResponse:
 
 
 async def stream_events(request: web.Request, channel_id: str, *, after: int | None) -> web.WebSocketResponse:
-    """Answer ``request`` with the channel's event stream: its level first, then every event as it happens.
+    """Answer ``request`` with the channel's event stream (``arbiter.feed.ChannelFeed``): with ``after``, the
+    messages after that seq replayed, then the channel's level, then every event as it happens.
 
-    With ``after`` the messages after that seq are replayed before the level. An unknown channel raises
-    NotFound before the upgrade (a 404, not a socket that closes at once).
+    An unknown channel raises NotFound before the upgrade (a 404, not a socket that closes at once). A client that
+    falls behind is closed with code 4008 and "fell behind; reconnect with ?after=<seq>", that seq the last
+    message it was sent: reconnecting so, it loses nothing.
     """
-    service = request.app[SERVICE]
-    # Subscribe before reading the level, so a change in between arrives as an event rather than being lost;
-    # an unknown channel is still a 404 before the upgrade.
-    with request.app[HUB].subscribe(channel_id) as subscription:
-        level = await service.level_event(channel_id)
+    async with ChannelFeed(request.app[SERVICE], request.app[HUB], channel_id, after=after) as feed:
         socket = web.WebSocketResponse(heartbeat=30)
         await socket.prepare(request)
-        sent_seq = await _replay(socket, request, channel_id, after) if after is not None else 0
-        await socket.send_str(level.to_json())
-        request.app[HUB].announce(level)
-        reader = asyncio.create_task(_drain_incoming(socket))
+        reader = asyncio.create_task(_drain_incoming(socket, feed))
         try:
-            async for event in subscription:
-                if event.type == "message" and event.data["message"]["seq"] <= sent_seq:
-                    continue
-                await socket.send_str(event.to_json())
-            if subscription.overflowed:
-                await socket.close(code=4008, message=b"fell behind; reconnect with ?after=<last seq>")
+            async for event in feed.events():
+                await socket.send_str(event.model_dump_json())
+            if feed.fell_behind:
+                _log.info("channel=%s: a stream fell behind after seq %d; closing it", channel_id, feed.last_seq)
+                reason = f"fell behind; reconnect with ?after={feed.last_seq}"
+                await socket.close(code=FELL_BEHIND, message=reason.encode())
         except ConnectionResetError:
-            pass
+            pass  # the client went away
         finally:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -65,22 +63,12 @@ async def stream_events(request: web.Request, channel_id: str, *, after: int | N
     return socket
 
 
-async def _replay(socket: web.WebSocketResponse, request: web.Request, channel_id: str, after: int) -> int:
-    service = request.app[SERVICE]
-    while True:
-        page = await service.history(channel_id, after=after, limit=200)
-        for message in page.messages:
-            event = Event(channel_id, "message", {"message": message.model_dump(mode="json")})
-            await socket.send_str(event.to_json())
-        after = page.next_after
-        if not page.has_more:
-            return after
-
-
-async def _drain_incoming(socket: web.WebSocketResponse) -> None:
+async def _drain_incoming(socket: web.WebSocketResponse, feed: ChannelFeed) -> None:
     """The stream is one-way; reading keeps pings answered and notices when the client goes away."""
     async for message in socket:
         if message.type == WSMsgType.ERROR:
             break
-    # The client is gone: wake the sender so the handler can return.
+    # The client is gone: end the feed, which wakes the sender waiting for the next event, so the handler returns
+    # now rather than at the channel's next event.
+    feed.stop()
     await socket.close()

@@ -10,7 +10,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from arbiter.events import Event
+from arbiter.events import parse_any_event
 from arbiter.storage.writer import pg_notify
 
 if TYPE_CHECKING:
@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
     from sqlalchemy import Connection
     from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from arbiter.events import Event
 
 __all__ = ("PostgresRelay",)
 
@@ -44,7 +46,7 @@ class PostgresRelay:
         pg_notify(conn, CHANNEL, [payload for event in events for payload in self._payloads(event)])
 
     def _payloads(self, event: Event) -> list[str]:
-        raw = event.to_json()
+        raw = event.model_dump_json()
         payload = json.dumps({"origin": self.origin, "event": raw}, ensure_ascii=False)
         if len(payload.encode()) < _MAX_PAYLOAD:
             return [payload]
@@ -75,7 +77,7 @@ class PostgresRelay:
                 return  # our own: already published locally when the transaction committed
             raw = envelope["event"] if "event" in envelope else self._joined(envelope)
             if raw is not None:
-                self._publish([Event.from_json(raw)])
+                self._publish([parse_any_event(raw)])
         except (ValueError, KeyError, TypeError) as error:
             _log.warning("ignoring a malformed notification: %s", error)
 

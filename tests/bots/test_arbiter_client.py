@@ -80,20 +80,86 @@ async def test_a_refusal_is_an_answer_not_an_error(live: Live, aoi: ArbiterClien
 async def test_the_event_stream_replays_after_a_seq_then_goes_live(live: Live, aoi: ArbiterClient) -> None:
     first = await live.say(CHANNEL, "one")
     second = await live.say(CHANNEL, "two")
-    seen: list[dict[str, Any]] = []
+    seen: list[wire.ArbiterEvent] = []
 
     async def follow() -> None:
         async for event in aoi.events(CHANNEL, after=first):
             seen.append(event)
-            if event["type"] == "message" and event["message"]["text"] == "three":
+            if isinstance(event, wire.MessageEvent) and event.message.text == "three":
                 return
 
     following = asyncio.create_task(follow())
-    await eventually(lambda: any(e["type"] == "level" for e in seen))  # replay done, live from here
+    await eventually(lambda: any(isinstance(e, wire.LevelEvent) for e in seen))  # replay done, live from here
     third = await live.say(CHANNEL, "three")
     await asyncio.wait_for(following, 5)
 
-    assert [e["message"]["seq"] for e in seen if e["type"] == "message"] == [second, third]
+    assert [e.message.seq for e in seen if isinstance(e, wire.MessageEvent)] == [second, third]
+
+
+async def test_the_event_stream_yields_each_kind_as_its_model(live: Live, aoi: ArbiterClient) -> None:
+    seen: list[wire.ArbiterEvent] = []
+
+    async def follow() -> None:
+        async for event in aoi.events(CHANNEL, after=0):
+            seen.append(event)
+            if isinstance(event, wire.ClearedEvent):
+                return
+
+    following = asyncio.create_task(follow())
+    await eventually(lambda: bool(seen))  # the level: live from here
+    said = await live.service.record_message(
+        CHANNEL, author_id="yui", author_name="Yui", text="typo hre", platform_message_id="d-1"
+    )
+    await live.service.edit_message(CHANNEL, "d-1", "typo here")
+    await live.service.delete_message(CHANNEL, "d-1")
+    spoken = await live.service.consume(CHANNEL, "aoi", "A post that will fail.", tier=Tier.REMARK)
+    assert spoken.message is not None, spoken
+    await live.service.retract(CHANNEL, "aoi", spoken.message.seq)
+    await live.service.update_settings(CHANNEL, {"topic": "udon"})
+    await live.service.clear_history(CHANNEL)
+    await asyncio.wait_for(following, 5)
+
+    assert {type(event) for event in seen} == set(wire.EVENT_MODELS)
+    assert [e.message.text for e in seen if isinstance(e, wire.MessageEvent)] == ["typo hre", "A post that will fail."]
+    assert [(e.message.seq, e.message.text) for e in seen if isinstance(e, wire.EditedEvent)] == [
+        (said.seq, "typo here")
+    ]
+    assert [e.seq for e in seen if isinstance(e, wire.DeletedEvent)] == [said.seq]
+    assert [e.seq for e in seen if isinstance(e, wire.RetractedEvent)] == [spoken.message.seq]
+    assert [e.claim.state for e in seen if isinstance(e, wire.ClaimEvent)] == [
+        wire.SpendState.SPOKEN,
+        wire.SpendState.RETRACTED,
+    ]
+    assert [e.settings.topic for e in seen if isinstance(e, wire.SettingsEvent)] == ["udon"]
+    assert [e.last_seq for e in seen if isinstance(e, wire.ClearedEvent)] == [spoken.message.seq]
+
+
+async def test_the_event_stream_skips_frames_it_cannot_read(caplog: pytest.LogCaptureFixture) -> None:
+    # A newer arbiter may send kinds this client does not know; a frame that breaks the contract must not end the
+    # stream either (reconnecting would only bring it again). Both are skipped; what follows still arrives.
+    level = wire.LevelEvent(channel_id=CHANNEL, level=90, capacity=100, at=1.0)
+    frames = [
+        '{"type": "weather", "channel_id": "lounge", "sky": "clear"}',
+        '{"type": "deleted", "channel_id": "lounge", "seq": "not a seq"}',
+        level.model_dump_json(),
+    ]
+
+    async def stream(request: web.Request) -> web.WebSocketResponse:
+        socket = web.WebSocketResponse()
+        await socket.prepare(request)
+        for frame in frames:
+            await socket.send_str(frame)
+        await socket.close()
+        return socket
+
+    async with stub(stream) as url, aiohttp.ClientSession() as session:
+        client = ArbiterClient(session, url, "aoi-token-0123456789abcdef")
+        async with asyncio.timeout(5):
+            received = [event async for event in client.events(CHANNEL)]
+
+    assert received == [level]
+    warnings = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert len(warnings) == 1 and "skipping a malformed event" in warnings[0], warnings
 
 
 # --- 4xx: rejected, with the arbiter's code and field ----------------------------------------------------

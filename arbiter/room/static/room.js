@@ -142,10 +142,10 @@
     $("empty").hidden = state.messages.size > 0;
   }
 
-  function clearMessages() {
-    $("messages").replaceChildren();
-    state.messages.clear();
-    $("empty").hidden = false;
+  // The history was cleared up to lastSeq. Only those go: seqs go on after it, and a stream that resumed (?after=)
+  // may bring the clear after messages said since.
+  function clearMessages(lastSeq) {
+    for (const seq of [...state.messages.keys()]) if (seq <= lastSeq) removeMessage(seq);
   }
 
   // --- the pool -------------------------------------------------------------------------------------
@@ -399,7 +399,7 @@
         removeMessage(event.seq);
         break;
       case "cleared":
-        clearMessages();
+        clearMessages(event.last_seq);
         state.lastSeq = Math.max(state.lastSeq, event.last_seq);
         break;
       case "level":

@@ -1,0 +1,125 @@
+"""One client's feed of a channel's events: the messages it missed, replayed from the history, joined to the live
+events without a gap or a duplicate. The event stream (``arbiter.api.stream``) sends it over a WebSocket.
+
+How the two join: subscribe first, so that every event published from then on is kept; wait until the writer has
+committed what it had begun (``ArbiterService.stream_start``: alone on SQLite the arbiter builds no events for a
+channel nobody watches, so a change decided before the subscription would publish none); only then read the
+history. Every message is then either in what was read, or committed after the read and so among the events kept;
+those the replay already sent (seq up to the last one sent) are skipped. Live messages follow on one seq after
+another. Should one not come (its event lost with the connection that relays another arbiter process's events, or
+late from it), the next one shows the hole, and the feed reads what is missing from the history.
+
+A feed that falls behind the live events is dropped by the hub at once, with nothing after the last event it
+got: ``last_seq``, the last message seq it handed out, is where the client resumes (``?after=``) and loses nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from arbiter import contract as wire
+from arbiter.events import PersonaEvent
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from arbiter.events import EventHub, Subscription
+    from arbiter.service import ArbiterService
+
+__all__ = ("ChannelFeed",)
+
+_log = logging.getLogger(__name__)
+
+_PAGE = 200  # messages per history read while replaying
+
+
+class ChannelFeed:
+    """Use ``async with`` (it subscribes, and raises NotFound for an unknown channel), then iterate ``events()``.
+
+    With ``after``: the messages after that seq, replayed, then the channel's level, then every event as it
+    happens. Without: the level, then every event as it happens, messages from the channel's last seq on.
+    """
+
+    def __init__(self, service: ArbiterService, hub: EventHub, channel_id: str, *, after: int | None) -> None:
+        self.channel_id = channel_id
+        self._service = service
+        self._hub = hub
+        self._after = after
+        self._subscription: Subscription | None = None
+        self._level: wire.LevelEvent | None = None
+        self._start_seq = 0  # the channel's last seq when the feed started
+        # The last message seq handed out (or, before any, the one the feed starts after): every message after it
+        # is still to come. Iterating ``events()`` asks for the next event only once the last is sent, so when the
+        # feed ends this is the last message the client was sent.
+        self.last_seq = after or 0
+
+    async def __aenter__(self) -> ChannelFeed:
+        self._subscription = self._hub.subscribe(self.channel_id)
+        try:
+            self._level, last_seq = await self._service.stream_start(self.channel_id)
+        except BaseException:
+            self._subscription.close()
+            raise
+        self._start_seq = last_seq
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        if self._subscription is not None:
+            self._subscription.close()
+
+    def stop(self) -> None:
+        """End ``events()`` after what is already queued (the client went away)."""
+        if self._subscription is not None:
+            self._subscription.close()
+
+    @property
+    def fell_behind(self) -> bool:
+        """Whether the hub dropped this feed for falling behind (its events then end early)."""
+        return self._subscription is not None and self._subscription.overflowed
+
+    async def events(self) -> AsyncIterator[wire.ArbiterEvent]:
+        assert self._subscription is not None and self._level is not None, "use the feed in `async with`"
+        if self._after is not None:
+            async for message in self._replay(self._after):
+                yield self._sent(message)
+        # Up to the channel's last seq when the feed started, the history read had every message: those the replay
+        # did not bring are no longer part of the conversation (retracted, deleted). Live messages follow on.
+        self.last_seq = max(self.last_seq, self._start_seq)
+        # The level after the replay: a client knows the replay is over when it comes.
+        yield self._level
+        self._hub.announce(self._level)
+        async for event in self._subscription:
+            if isinstance(event, PersonaEvent):
+                continue  # never here: the hub routes by channel id, and a persona event's ("") is no channel's
+            if isinstance(event, wire.MessageEvent):
+                seq = event.message.seq
+                if seq <= self.last_seq:
+                    continue  # replayed already, or from before the feed started
+                if seq > self.last_seq + 1:
+                    # Every new message is published, so live seqs follow on one by one; a hole means events that
+                    # did not come (lost with the connection that relays another arbiter's events, or still on
+                    # their way from it). Seqs commit in order, so those messages are in the history: read them.
+                    _log.info(
+                        "channel=%s: no events of seqs %d-%d; reading them", self.channel_id, self.last_seq + 1, seq - 1
+                    )
+                    async for message in self._replay(self.last_seq, before=seq):
+                        yield self._sent(message)
+                self.last_seq = seq
+            yield event
+
+    def _sent(self, message: wire.MessageView) -> wire.MessageEvent:
+        self.last_seq = message.seq
+        return wire.MessageEvent(channel_id=self.channel_id, message=message)
+
+    async def _replay(self, after: int, *, before: int | None = None) -> AsyncIterator[wire.MessageView]:
+        """The messages after seq ``after`` (and before seq ``before``) from the history, oldest first."""
+        while True:
+            page = await self._service.history(self.channel_id, after=after, limit=_PAGE)
+            for message in page.messages:
+                if before is not None and message.seq >= before:
+                    return
+                yield message
+            if not page.has_more:
+                return
+            after = page.next_after
