@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from arbiter.contract import AuthorKind, Tier
+from arbiter.contract import AuthorKind, RefusalReason, Tier
 from bots.kinds import asks_for_explanation, is_question
 
 if TYPE_CHECKING:
@@ -21,9 +21,12 @@ if TYPE_CHECKING:
     from arbiter.contract import MessageView, StatusView
     from bots.persona import Persona
 
-__all__ = ("STALE_AFTER_S", "Plan", "anchor", "blocked", "plan_turn", "stale", "wait_for")
+__all__ = ("STALE_AFTER_S", "Plan", "anchor", "plan_turn", "refused_outright", "stale")
 
-_ORDER = (Tier.AIZUCHI, Tier.REMARK, Tier.LONG)
+# What the arbiter refuses every tier for, and only a message, a moderator or the next day lifts: no turn now.
+_OUTRIGHT = frozenset(
+    {RefusalReason.NOT_ENABLED, RefusalReason.MUTED, RefusalReason.PAUSED, RefusalReason.IDLE_CAP, RefusalReason.BUDGET}
+)
 
 # A message from others that is older than this when the persona looks is context, not a cue: no turn for it.
 # That is what the arbiter reads back after a restart (recorded with the time it was said): a question asked
@@ -46,33 +49,12 @@ class Plan:
         return self.tier is None and self.retry_after is None
 
 
-def wait_for(status: StatusView, cost: int) -> float | None:
-    """Seconds until the pool holds ``cost`` by the refunds the status lists; None if they are not enough."""
-    level = status.level
-    if level >= cost:
-        return 0.0
-    for refund in status.refunds:
-        level += refund.amount
-        if level >= cost:
-            return max(0.0, refund.at - status.now)
-    return None
-
-
-def blocked(status: StatusView) -> str | None:
-    """Why nobody may speak (or this persona may not), whatever it would say; None when nothing is in the way."""
-    you = status.you
-    if not status.enabled or (you is not None and not you.enabled):
-        return "not enabled here"
-    if you is not None and you.muted:
-        return "muted"
-    if status.paused:
-        return "paused"
-    # As the arbiter counts: bot turns taken, and those others are about to take.
-    in_flight = sum(status.claims_held.values()) - (1 if status.claim is not None else 0)
-    if status.bot_streak + in_flight >= status.idle_cap:
-        return "idle cap reached: waiting for a human"
-    if status.daily_token_budget is not None and status.tokens_today >= status.daily_token_budget:
-        return "token budget spent"
+def refused_outright(status: StatusView) -> str | None:
+    """Why the arbiter would refuse this persona any turn now, whatever it would say (as the status it read
+    reports it); None when that is not so."""
+    nod = status.tiers[Tier.AIZUCHI]
+    if nod.reason in _OUTRIGHT:
+        return f"{nod.reason}: {nod.detail}"
     return None
 
 
@@ -103,11 +85,10 @@ def anchor(window: Sequence[MessageView]) -> MessageView:
     return window[-1]
 
 
-def _room_to_nod(status: StatusView, window: Sequence[MessageView]) -> bool:
-    """One nod per message: none to a nod, none while another is on its way (the arbiter refuses both too).
-    Nor while someone is about to make a remark: the nod would be about a message no longer the latest."""
-    held = status.claims_held
-    return window[-1].tier is not Tier.AIZUCHI and not any(held.get(tier, 0) for tier in Tier)
+def _room_to_nod(status: StatusView) -> bool:
+    """Whether the arbiter would take a nod now: one per message, none to a nod, none while another persona's
+    message is on its way."""
+    return bool(status.tiers[Tier.AIZUCHI].may_claim)
 
 
 def _nod_chance(persona: Persona, status: StatusView, window: Sequence[MessageView]) -> float:
@@ -157,7 +138,7 @@ def _wanted(
         speak = 0.35 + 0.45 * talk
     else:
         speak = (0.3 + 0.5 * talk) * fading
-    nod = _nod_chance(persona, status, window) if _room_to_nod(status, window) else 0.0
+    nod = _nod_chance(persona, status, window) if _room_to_nod(status) else 0.0
     roll = rng.random()
     if roll < speak:
         if thread.author_kind is AuthorKind.HUMAN and asks_for_explanation(thread.text):
@@ -184,7 +165,7 @@ def plan_turn(
     making up its mind again. ``second_look``: the persona chose silence for this same message a moment ago and
     looks once more (nobody spoke meanwhile; a question to everyone still unanswered is answered now).
     """
-    why = blocked(status)
+    why = refused_outright(status)
     if why is not None:
         return Plan(None, why=why)
     if not window or (window[-1].author_id == persona.id and persona.id not in status.priority):
@@ -196,26 +177,28 @@ def plan_turn(
         return Plan(None, why=too_old)
     if status.claim is not None:
         return Plan(None, why="already holding a claim")
-    if status.priority and persona.id not in status.priority:
+    nod = status.tiers[Tier.AIZUCHI]
+    if nod.reason is RefusalReason.PRIORITY:
         # Someone else was asked: they answer first, and a nod before the answer would read as one. Look again
         # when their floor ends (their answer, a message, wakes everyone before that).
-        until = status.priority_until if status.priority_until is not None else status.now
-        names = ", ".join(status.priority)
-        return Plan(None, retry_after=max(0.0, until - status.now), why=f"{names} has the floor", floor=True)
+        return Plan(None, retry_after=nod.retry_after or 0.0, why=f"priority: {nod.detail}", floor=True)
     wanted = intent or _wanted(persona, status, window, rng, second_look=second_look)
     if wanted is None:
         return Plan(None, why="stays quiet this time", quiet=True)
-    if status.tiers[wanted].affordable:
+    verdict = status.tiers[wanted]
+    if verdict.may_claim:
         return Plan(wanted, why=f"wants a {wanted}")
-    retry = wait_for(status, status.tiers[wanted].cost)
+    retry = verdict.retry_after
     if persona.id in status.priority:
         # Addressed: the floor is kept for this persona, so the pool will refill for it. Answer, do not just nod.
-        return Plan(None, retry_after=retry, why=f"addressed; waits for the pool to afford a {wanted}", wanted=wanted)
-    # Not affordable now: a smaller tier that is, or come back when the refunds allow it.
-    smaller = [tier for tier in _ORDER[: _ORDER.index(wanted)] if status.tiers[tier].affordable]
+        return Plan(
+            None, retry_after=retry, why=f"addressed; waits to claim a {wanted} ({verdict.reason})", wanted=wanted
+        )
+    # Not now: a smaller tier the arbiter would take, or come back when it says to.
+    smaller = [tier for tier in Tier if tier.rank < wanted.rank and status.tiers[tier].may_claim]
     if wanted is Tier.LONG and Tier.REMARK in smaller:
-        return Plan(Tier.REMARK, why="a long remark is too dear; a remark will do")
-    nod = 0.5 * persona.big_five.agreeableness * _nods_enough(window)
-    if smaller and _room_to_nod(status, window) and rng.random() < nod:
-        return Plan(Tier.AIZUCHI, why=f"nods while the pool refills for a {wanted}")
-    return Plan(None, retry_after=retry, why=f"waits for the pool to afford a {wanted}", wanted=wanted)
+        return Plan(Tier.REMARK, why="a long remark is not possible now; a remark will do")
+    chance = 0.5 * persona.big_five.agreeableness * _nods_enough(window)
+    if Tier.AIZUCHI in smaller and rng.random() < chance:
+        return Plan(Tier.AIZUCHI, why=f"nods while it waits to claim a {wanted}")
+    return Plan(None, retry_after=retry, why=f"waits to claim a {wanted} ({verdict.reason})", wanted=wanted)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from arbiter import contract as wire
 from bots.errors import BotError, PostFailed
 from bots.llm.base import CompletionRequest, LLMError, ToolResult, ToolSpec, Turn
-from bots.planner import blocked, stale
+from bots.planner import refused_outright, stale
 from bots.prompt import COLUMNS_NOTE, LANGUAGE_NAMES, length_limit, persona_prompt
 from bots.runtime import ChannelWorker, PersonaRuntime
 from bots.text import neutralize_mentions
@@ -89,7 +89,7 @@ class ToolLoopWorker(ChannelWorker):
         status = await runtime.arbiter.status(self.channel_id)
         # The reference had no pause, mute or budget; here they hold in this mode too: no loop, no tokens spent.
         # Nor did it read the history back after a restart: what was said long ago is no cue here either.
-        why = blocked(status) or stale(runtime.persona, status, list(self.window))
+        why = refused_outright(status) or stale(runtime.persona, status, list(self.window))
         if why is not None:
             _log.debug("persona=%s channel=%s: no loop: %s", runtime.persona.id, self.channel_id, why)
             return

@@ -11,19 +11,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from arbiter.contract import (
-    AuthorKind,
-    ClaimView,
-    MessageView,
-    PersonaView,
-    RefundView,
+from arbiter.contract import AuthorKind, MessageView, RefusalReason, StatusView, Tier
+from arbiter.core import ledger
+from arbiter.core import rules as core
+from arbiter.core.models import (
+    ChannelSettings,
+    ChannelState,
+    PersonaPolicy,
+    Priority,
+    Spend,
     SpendState,
-    StatusView,
-    Tier,
-    TierView,
+    TierRule,
 )
-from bots.planner import STALE_AFTER_S, Plan, anchor, blocked, plan_turn, stale, wait_for
+from arbiter.core.rules import Author, Refusal, utc_day
+from arbiter.views import message_view, status_view
+from bots.planner import STALE_AFTER_S, Plan, anchor, plan_turn, refused_outright, stale
 from tests.support.fleet import make_persona
 
 NOW = 1_785_000_000.0
@@ -42,46 +47,63 @@ class Dice(random.Random):
         return self.rolls.pop(0)
 
 
+ENABLED = PersonaPolicy()
+
+
 def status(
     *,
-    level: int = 100,
     costs: tuple[int, int, int] = (5, 60, 80),
     refunds: tuple[tuple[float, int], ...] = (),
     priority: tuple[str, ...] = (),
+    priority_for: float = 20.0,
     bot_streak: int = 0,
     idle_cap: int = 12,
     paused: bool = False,
     enabled: bool = True,
-    you: PersonaView | None = None,
+    you: PersonaPolicy | None = ENABLED,
     tokens_today: int = 0,
     budget: int | None = None,
-    claim: ClaimView | None = None,
+    claim: Tier | None = None,
     claims_held: dict[Tier, int] | None = None,
+    latest_nod: bool = False,
 ) -> StatusView:
-    tiers = {
-        tier: TierView(cost=cost, max_length=length, recovery_s=5.0, affordable=cost <= level)
+    """The status the arbiter shows ``ME`` for a channel in this state: a real core state, and the arbiter's own
+    view of it (so each tier's verdict is the core's, not a copy of its rules). The pool's level is what the
+    refunds and claims leave of 100; ``you=None`` reads it as nobody in particular."""
+    rules = {
+        tier: TierRule(cost=cost, max_length=length, recovery_s=5.0)
         for tier, cost, length in zip(Tier, costs, (24, 120, 240), strict=True)
     }
-    return StatusView(
-        channel_id="lounge",
-        now=NOW,
-        level=level,
-        capacity=100,
-        enabled=enabled,
-        paused=paused,
-        topic="",
-        tiers=tiers,
-        refunds=[RefundView(at=NOW + delay, amount=amount) for delay, amount in refunds],
-        bot_streak=bot_streak,
-        idle_cap=idle_cap,
-        priority=list(priority),
-        tokens_today=tokens_today,
-        daily_token_budget=budget,
-        last_seq=100,
-        claims_held=claims_held or {},
-        you=you or PersonaView(enabled=True, muted=False),
-        claim=claim,
+    settings = ChannelSettings(
+        tiers=rules, enabled=enabled, paused=paused, idle_cap=idle_cap, daily_token_budget=budget
     )
+    if you is not None:
+        settings = settings.with_policy(ME, you)
+    spends = tuple(
+        Spend(f"s{index}", "ben", Tier.REMARK, amount, SpendState.SPOKEN, NOW - 1.0, NOW + delay)
+        for index, (delay, amount) in enumerate(refunds)
+    )
+    # Claims of others, made just now (so a nod claim is a nod on its way), and the persona's own.
+    held = [(tier, f"other{index}{tier}") for tier, count in (claims_held or {}).items() for index in range(count)]
+    if claim is not None:
+        held.append((claim, ME))
+    claims = tuple(
+        Spend(f"c-{owner}", owner, tier, rules[tier].cost, SpendState.HELD, NOW - 0.5, NOW + 30.0)
+        for tier, owner in held
+    )
+    state = ChannelState(
+        "lounge",
+        settings,
+        spends=ledger.sort_spends(spends),
+        claims=claims,
+        last_seq=100,
+        bot_streak=bot_streak,
+        priority=Priority(frozenset(priority), NOW + priority_for, 1) if priority else None,
+        recent_said=((100, latest_nod),),
+        tokens_day=utc_day(NOW),
+        tokens_used=tokens_today,
+    )
+    return status_view(state, NOW, persona_id=None if you is None else ME, display_name="Aoi")
 
 
 @dataclass
@@ -127,10 +149,13 @@ def persona(**traits: Any) -> Any:
 
 BLOCKS = [
     pytest.param({"enabled": False}, "not enabled", id="channel-not-enabled"),
-    pytest.param({"you": PersonaView(enabled=False, muted=False)}, "not enabled", id="persona-not-enabled"),
-    pytest.param({"you": PersonaView(enabled=True, muted=True)}, "muted", id="muted"),
+    pytest.param({"you": PersonaPolicy(enabled=False)}, "not enabled", id="persona-not-enabled"),
+    pytest.param({"you": PersonaPolicy(muted=True)}, "muted", id="muted"),
     pytest.param({"paused": True}, "paused", id="paused"),
-    pytest.param({"bot_streak": 12, "idle_cap": 12}, "idle cap", id="idle-cap"),
+    pytest.param({"bot_streak": 12, "idle_cap": 12}, "idle_cap", id="idle-cap"),
+    pytest.param(
+        {"bot_streak": 11, "idle_cap": 12, "claims_held": {Tier.REMARK: 1}}, "idle_cap", id="idle-cap-in-flight"
+    ),
     pytest.param({"tokens_today": 1000, "budget": 1000}, "budget", id="budget-spent"),
 ]
 
@@ -146,7 +171,7 @@ def test_a_blocked_channel_or_persona_plans_no_claim_even_when_addressed(
     assert plan == Plan(None, why=plan.why)
     assert plan.final
     assert reason in plan.why
-    assert blocked(seen) is not None and reason in (blocked(seen) or "")
+    assert reason in (refused_outright(seen) or "")
 
 
 @pytest.mark.parametrize(
@@ -160,7 +185,7 @@ def test_a_blocked_channel_or_persona_plans_no_claim_even_when_addressed(
     ],
 )
 def test_nothing_blocks_an_ordinary_channel(conditions: dict[str, Any]) -> None:
-    assert blocked(status(**conditions)) is None
+    assert refused_outright(status(**conditions)) is None
 
 
 # --- when there is nothing to answer -------------------------------------------------------------------------
@@ -172,9 +197,7 @@ def test_nothing_blocks_an_ordinary_channel(conditions: dict[str, Any]) -> None:
         pytest.param(status(priority=(ME,)), (), id="empty-window"),
         pytest.param(status(), (HUMAN, Line(ME, REMARK)), id="its-own-message-is-the-newest"),
         pytest.param(
-            status(
-                priority=(ME,), claim=ClaimView(claim_id="c1", persona=ME, tier=REMARK, cost=60, state=SpendState.HELD)
-            ),
+            status(priority=(ME,), claim=REMARK),
             (HUMAN,),
             id="already-holding-a-claim",
         ),
@@ -328,7 +351,7 @@ CASES = [
     (
         "never-answers-its-own-thread-nor-nods-to-a-nod",
         {"talkativeness": 1.0, "agreeableness": 1.0},
-        status(),
+        status(latest_nod=True),
         (HUMAN, Line(ME, REMARK), Line("ben", NOD)),
         (0.0,),
         None,
@@ -384,7 +407,7 @@ CASES = [
     (
         "a-long-remark-too-dear-a-remark-will-do",
         {"talkativeness": 1.0, "openness": 1.0},
-        status(level=70, refunds=((1.0, 30),)),
+        status(refunds=((1.0, 30),)),
         (HUMAN,),
         (0.0, 0.0),
         REMARK,
@@ -392,7 +415,7 @@ CASES = [
     (
         "an-agreeable-persona-nods-while-the-pool-refills",
         {"talkativeness": 1.0, "openness": 0.0, "agreeableness": 1.0},
-        status(level=40, refunds=((2.0, 60),)),
+        status(refunds=((2.0, 60),)),
         (HUMAN,),
         (0.0, 0.999, 0.0),
         NOD,
@@ -411,11 +434,11 @@ def test_the_tier_a_persona_claims(
 
     assert plan.tier is tier, plan
     if tier is not None:
-        assert seen.tiers[tier].affordable  # it never plans a claim the pool cannot pay
+        assert seen.tiers[tier].may_claim  # it never plans a claim the arbiter would refuse
 
 
 def test_a_persona_that_cannot_afford_what_it_wants_waits_for_the_refund_that_allows_it() -> None:
-    seen = status(level=40, refunds=((0.5, 5), (2.0, 60)))  # 45 in half a second, 105 in two
+    seen = status(refunds=((0.5, 5), (2.0, 55)))  # 40 now, 45 in half a second, 100 in two
 
     plan = plan_turn(persona(talkativeness=1.0, openness=0.0), seen, window(HUMAN), Dice(0.0, 0.999, 0.999))
 
@@ -425,7 +448,7 @@ def test_a_persona_that_cannot_afford_what_it_wants_waits_for_the_refund_that_al
 
 
 def test_an_addressed_persona_waits_for_the_pool_rather_than_just_nodding() -> None:
-    seen = status(level=40, priority=(ME,), refunds=((1.5, 60),))
+    seen = status(priority=(ME,), refunds=((1.5, 60),))
 
     plan = plan_turn(persona(agreeableness=1.0), seen, window(Line("yui", addressed=[ME])), Dice(0.999))
 
@@ -466,25 +489,7 @@ def test_bots_talk_less_the_longer_no_human_speaks() -> None:
     assert speaks(0) > speaks(5) > speaks(9)
 
 
-# --- wait_for and anchor -------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("level", "refunds", "cost", "wait"),
-    [
-        pytest.param(60, (), 60, 0.0, id="affordable-now"),
-        pytest.param(40, ((1.0, 10), (3.0, 20)), 60, 3.0, id="refunds-add-up"),
-        pytest.param(40, ((1.0, 30),), 60, 1.0, id="the-first-refund-is-enough"),
-        pytest.param(40, ((1.0, 10),), 60, None, id="not-enough-refunds"),
-        pytest.param(0, ((-1.0, 100),), 60, 0.0, id="a-refund-already-due"),
-    ],
-)
-def test_wait_for_is_the_time_until_the_listed_refunds_cover_the_cost(
-    level: int, refunds: tuple[tuple[float, int], ...], cost: int, wait: float | None
-) -> None:
-    result = wait_for(status(level=level, refunds=refunds), cost)
-
-    assert result == (None if wait is None else pytest.approx(wait))
+# --- anchor ---------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -501,7 +506,7 @@ def test_anchor_is_the_newest_human_message_or_remark(lines: tuple[Line, ...], a
 
 
 def test_while_another_persona_has_the_floor_the_others_wait_until_it_ends() -> None:
-    seen = status(priority=("ben",)).model_copy(update={"priority_until": NOW + 12.5})
+    seen = status(priority=("ben",), priority_for=12.5)
 
     plan = plan_turn(persona(talkativeness=1.0), seen, window(Line("yui", addressed=["ben"])), Dice())
 
@@ -527,3 +532,76 @@ def test_a_question_someone_answered_already_is_not_answered_again_on_the_second
     plan = plan_turn(quiet, status(), lines, Dice(0.9), second_look=True)
 
     assert plan.tier is None
+
+
+# --- the planner and the arbiter agree -------------------------------------------------------------------------
+
+_BEN = Author("ben", "Ben")
+_YUI = Author("yui", "Yui", AuthorKind.HUMAN)
+_STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            [
+                "yui",
+                "yui asks aoi",
+                "yui asks ben",
+                "ben nods",
+                "ben remarks",
+                "ben claims a nod",
+                "ben claims a remark",
+                "ben passes",
+            ]
+        ),
+        st.floats(min_value=0.0, max_value=8.0),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+def _play(steps: list[tuple[str, float]]) -> tuple[ChannelState, list[MessageView], float]:
+    """A channel after these steps, run through the core as the arbiter runs them, and what was said."""
+    state, said, now = ChannelState("lounge", ChannelSettings()), [], NOW
+    for index, (step, pause) in enumerate(steps):
+        now += pause
+        claim = state.claim_of("ben", now)
+        if step.startswith("yui"):
+            addressed = (step.rsplit(" ", 1)[1],) if "asks" in step else ()
+            transition = core.observe(state, _YUI, f"line {index}", now, addressed=addressed)
+        elif step in ("ben nods", "ben remarks"):
+            tier = Tier.AIZUCHI if step == "ben nods" else Tier.REMARK
+            transition = core.consume(state, _BEN, f"line {index}", now, spend_id=f"s{index}", tier=tier)
+        elif step.startswith("ben claims") and claim is None:
+            tier = Tier.AIZUCHI if step.endswith("nod") else Tier.REMARK
+            transition = core.claim(state, "ben", tier, now, claim_id=f"c{index}")
+        elif step == "ben passes" and claim is not None:
+            transition = core.release(state, "ben", claim.id, now)
+        else:
+            continue
+        state = transition.state
+        said += [message_view(message) for message in transition.new_messages]
+    return state, said, now
+
+
+_TRAIT = st.floats(min_value=0.0, max_value=1.0)
+
+
+@settings(max_examples=400, deadline=None)
+@given(steps=_STEPS, seed=st.integers(0, 2**16), talk=_TRAIT, agree=_TRAIT, intent=st.sampled_from([None, *Tier]))
+def test_the_planner_plans_only_claims_the_arbiter_grants(
+    steps: list[tuple[str, float]], seed: int, talk: float, agree: float, intent: Tier | None
+) -> None:
+    state, said, now = _play(steps)
+    seen = status_view(state, now, persona_id=ME, display_name="Aoi")
+    aoi = make_persona(ME, talkativeness=talk, agreeableness=agree, openness=1.0)
+
+    plan = plan_turn(aoi, seen, said, random.Random(seed), intent=intent)
+
+    if plan.tier is not None:
+        based_on = said[-1].seq if said else None
+        outcome = core.claim(state, ME, plan.tier, now, claim_id="mine", based_on_seq=based_on).outcome
+        assert not isinstance(outcome, Refusal), (plan, outcome)
+    elif plan.floor:
+        # It waits for another's floor exactly when the arbiter would refuse it even a nod for that floor.
+        outcome = core.claim(state, ME, Tier.AIZUCHI, now, claim_id="mine").outcome
+        assert isinstance(outcome, Refusal) and outcome.reason is RefusalReason.PRIORITY

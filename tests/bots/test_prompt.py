@@ -6,10 +6,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from arbiter.contract import AuthorKind, MessageView, StatusView, Tier, TierView
+from arbiter.contract import AuthorKind, MessageView, StatusView, Tier
 from bots.llm.base import COLUMNS_NOTE, DecisionRequest, decision_instructions, decision_schema, decision_tool
 from bots.prompt import length_limit, persona_prompt, rules_prompt, transcript_turn
 from tests.support.fleet import make_persona
+from tests.support.status import status_for
 
 if TYPE_CHECKING:
     from bots.persona import Persona
@@ -41,24 +42,7 @@ def message(
 
 
 def status(priority: tuple[str, ...] = ()) -> StatusView:
-    tiers = {tier: TierView(cost=5, max_length=24, recovery_s=5.0, affordable=True) for tier in Tier}
-    return StatusView(
-        channel_id="lounge",
-        now=0.0,
-        level=100,
-        capacity=100,
-        enabled=True,
-        paused=False,
-        topic="",
-        tiers=tiers,
-        refunds=[],
-        bot_streak=0,
-        idle_cap=12,
-        priority=list(priority),
-        tokens_today=0,
-        daily_token_budget=None,
-        last_seq=3,
-    )
+    return status_for("aoi", priority=priority, lengths=dict.fromkeys(Tier, 24))
 
 
 # --- who the persona is ------------------------------------------------------------------------------------

@@ -200,7 +200,10 @@ async def test_status_for_a_persona_has_every_field(api: Api, clock: FakeClock) 
         "enabled": True,
         "paused": False,
         "topic": "",
-        "tiers": {tier: {**rule, "affordable": True} for tier, rule in DEFAULT_TIERS.items()},
+        "tiers": {
+            tier: {**rule, "affordable": True, "may_claim": True, "reason": None, "detail": None, "retry_after": None}
+            for tier, rule in DEFAULT_TIERS.items()
+        },
         "refunds": [],
         "bot_streak": 0,
         "idle_cap": 12,
@@ -209,10 +212,23 @@ async def test_status_for_a_persona_has_every_field(api: Api, clock: FakeClock) 
         "tokens_today": 0,
         "daily_token_budget": 500_000,
         "last_seq": 0,
+        "stale_tolerance": 1,
         "claims_held": {},
         "you": {"enabled": True, "muted": False, "display_name": "hana"},  # its id until it registers a name
         "claim": None,
     }
+
+
+async def test_status_says_per_tier_what_the_caller_may_claim_as_a_claim_would_be_answered(api: Api) -> None:
+    await api.claim("kai", "remark")  # the pool holds 40: a nod yes, a remark no, and not while kai is about to speak
+
+    status = await api.status("hana")
+    refused = await api.claim("hana", "remark")
+
+    remark = status["tiers"]["remark"]
+    assert (remark["may_claim"], remark["reason"]) == (False, refused["reason"])
+    assert remark["detail"] == refused["detail"]
+    assert (status["tiers"]["aizuchi"]["may_claim"], status["tiers"]["aizuchi"]["reason"]) == (False, "nodded")
 
 
 async def test_status_shows_the_callers_own_claim_only(api: Api) -> None:

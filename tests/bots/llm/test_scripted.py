@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from arbiter.contract import AuthorKind, MessageView, StatusView, Tier, TierView
+from arbiter.contract import AuthorKind, MessageView, StatusView
 from bots.llm import (
     ChatProvider,
     Completion,
@@ -31,6 +31,7 @@ from bots.llm.scripted import GENERIC, arithmetic, content_word
 from bots.persona import load_persona
 from bots.prompt import persona_prompt, rules_prompt, transcript_turn
 from bots.text import repeats
+from tests.support.status import status_for
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -89,24 +90,7 @@ async def converse(provider: ScriptedProvider, rounds: int, actions: tuple[Any, 
 
 
 def status(priority: Sequence[str] = ()) -> StatusView:
-    tiers = {tier: TierView(cost=5, max_length=LENGTHS[tier], recovery_s=5.0, affordable=True) for tier in Tier}
-    return StatusView(
-        channel_id="lounge",
-        now=0.0,
-        level=100,
-        capacity=100,
-        enabled=True,
-        paused=False,
-        topic="",
-        tiers=tiers,
-        refunds=[],
-        bot_streak=0,
-        idle_cap=12,
-        priority=list(priority),
-        tokens_today=0,
-        daily_token_budget=None,
-        last_seq=0,
-    )
+    return status_for("aoi", priority=priority)
 
 
 class Room:
