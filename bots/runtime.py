@@ -19,7 +19,7 @@ import logging
 import random
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, assert_never
 
 from arbiter import contract as wire
 from arbiter.contract import Tier
@@ -42,7 +42,6 @@ __all__ = ("ChannelWorker", "PersonaRuntime", "RuntimeConfig", "RuntimeStats")
 
 _log = logging.getLogger(__name__)
 
-_ORDER = (Tier.AIZUCHI, Tier.REMARK, Tier.LONG)
 # A persona never says again one of its own last this many lines (checked before posting).
 OWN_LINES = 30
 # How much history a worker reads on arrival: its window, and its own recent lines among them.
@@ -75,6 +74,7 @@ class RuntimeStats:
     # Calls stopped while the model wrote, because a message came that the answer could no longer be posted after
     # (a nod's message is no longer the latest; a person asked someone else).
     overtaken: int = 0
+    given_back: int = 0  # claims given back before any call: the conversation moved on while claiming
     provider_errors: int = 0
     looks: int = 0  # turns looked at and finished (status, plan, maybe claim and generation), whatever came of them
     prompt_sizes: list[int] = field(default_factory=list)  # prompt tokens of each request, in order
@@ -86,25 +86,50 @@ class RuntimeStats:
             self.prompt_sizes.append(usage.prompt_tokens)
 
 
-def overtaken_by(message: wire.MessageView, persona_id: str, tier: Tier, *, addressed: bool) -> bool:
-    """Would the arbiter refuse what ``persona_id`` is writing on a claim of ``tier`` once ``message`` is said?
-    A nod is for the latest message; and a person asking others something gives them the floor, unless this
-    persona was asked too (then its answer is one of those awaited)."""
-    if message.author_id == persona_id:
-        return False
-    if tier is Tier.AIZUCHI:
-        return True
-    return (
-        not addressed
-        and message.author_kind is wire.AuthorKind.HUMAN
-        and bool(message.addressed)
-        and persona_id not in message.addressed
-    )
+@dataclass
+class Overtaking:
+    """What would make the arbiter refuse the answer ``persona_id`` is writing on a claim of ``tier``, fed the
+    messages that arrive meanwhile. A nod is for the latest message; a remark is stale after more than
+    ``tolerance`` remarks or human messages came after the one it answers; and a person asking others something
+    gives them the floor, unless this persona was asked too (then its answer is one of those awaited)."""
+
+    persona_id: str
+    tier: Tier
+    addressed: bool
+    tolerance: int
+    newer: int = 0  # remarks and human messages by others after the one it answers, so far
+
+    def __call__(self, message: wire.MessageView) -> bool:
+        if message.author_id == self.persona_id:
+            return False
+        if self.tier is Tier.AIZUCHI:
+            return True
+        human = message.author_kind is wire.AuthorKind.HUMAN
+        if human or message.tier in (Tier.REMARK, Tier.LONG):
+            self.newer += 1
+        if self.newer > self.tolerance:
+            return True
+        return not self.addressed and human and bool(message.addressed) and self.persona_id not in message.addressed
 
 
 def _addressing(persona_id: str, window: list[wire.MessageView]) -> int | None:
     """The seq of the newest message in ``window`` that addressed ``persona_id``."""
     return next((m.seq for m in reversed(window) if persona_id in m.addressed), None)
+
+
+def _replace(messages: deque[wire.MessageView], message: wire.MessageView) -> None:
+    """Put ``message`` in the place of the one with its seq, if ``messages`` holds it."""
+    for index, held in enumerate(messages):
+        if held.seq == message.seq:
+            messages[index] = message
+            return
+
+
+def _drop(messages: deque[wire.MessageView], gone: Callable[[wire.MessageView], bool]) -> None:
+    kept = [message for message in messages if not gone(message)]
+    if len(kept) != len(messages):
+        messages.clear()
+        messages.extend(kept)
 
 
 class PersonaRuntime:
@@ -205,7 +230,7 @@ class ChannelWorker:
         # The addressing message's seq after a first try that said nothing (a pass, a failure): one more look,
         # with no pass offered, before the floor is given up.
         self._must_answer: int | None = None
-        self.own_lines: deque[str] = deque(maxlen=OWN_LINES)  # what this persona said here lately, oldest first
+        self._own: deque[wire.MessageView] = deque(maxlen=OWN_LINES)  # what it said here lately, oldest first
         # While the model writes: what would make its answer unpostable, and the event that then stops the call.
         self._overtakes: Callable[[wire.MessageView], bool] | None = None
         self._overtaken = asyncio.Event()
@@ -213,6 +238,11 @@ class ChannelWorker:
     @property
     def persona(self) -> Persona:
         return self.runtime.persona
+
+    @property
+    def own_lines(self) -> list[str]:
+        """What this persona said here lately, oldest first, as it reads now (after any edit)."""
+        return [message.text for message in self._own]
 
     def start(self) -> None:
         name = f"{self.persona.id}@{self.channel_id}"
@@ -277,41 +307,55 @@ class ChannelWorker:
         after = max(0, status.last_seq - _ARRIVAL_READ)
         page = await self.runtime.arbiter.history(self.channel_id, after=after, limit=_ARRIVAL_READ)
         self.window.extend(page.messages)
-        self.own_lines.extend(m.text for m in page.messages if m.author_id == self.persona.id)
+        self._own.extend(m for m in page.messages if m.author_id == self.persona.id)
         self.last_seq = max(status.last_seq, page.next_after)
 
-    def _on_event(self, event: dict[str, Any]) -> None:
-        kind = event.get("type")
-        if kind == "message":
-            message = wire.MessageView.model_validate(event["message"])
-            if message.seq <= self.last_seq:
-                return
-            self.window.append(message)
-            self.last_seq = message.seq
-            if message.author_id == self.persona.id:
-                self.own_lines.append(message.text)
-            else:
-                if self._overtakes is not None and self._overtakes(message):
-                    _log.info(
-                        "persona=%s: message %d from %s came while the model wrote; stopping it",
-                        self.persona.id,
-                        message.seq,
-                        message.author_id,
-                    )
-                    self._overtaken.set()
-                self.wake()
-        elif kind == "retracted":
-            seq = event["seq"]
-            kept = [m for m in self.window if m.seq != seq]
-            self.window.clear()
-            self.window.extend(kept)
-        elif kind == "cleared":
-            self.window.clear()
-            self.answered = self.last_seq = event.get("last_seq", self.last_seq)
-        elif kind == "level" and (self._intent is not None or self._floor_wait) and self._retry is not None:
-            # Waiting for the pool, or for another's floor: a claim given back (a pass) refills the pool, and may
-            # give the floor up, long before the retry planned; no message comes to say so.
-            self.wake()
+    def _on_event(self, event: wire.ArbiterEvent) -> None:
+        match event:
+            case wire.MessageEvent(message=message):
+                self._on_message(message)
+            case wire.EditedEvent(message=message):
+                # What the model reads must be what the channel shows now: the new text replaces the old.
+                _replace(self.window, message)
+                _replace(self._own, message)
+            case wire.RetractedEvent(seq=seq) | wire.DeletedEvent(seq=seq):
+                # No longer part of the conversation (a post that failed and was taken back, a message deleted on
+                # the platform): it leaves the window. A line of its own stays among its own lines all the same:
+                # one that was deleted is no better to say again.
+                _drop(self.window, lambda held: held.seq == seq)
+            case wire.ClearedEvent(last_seq=last_seq):
+                # Everything up to last_seq is gone, and only that: seqs go on after it, and a stream that resumed
+                # (?after=) may bring the clear after messages said since, which stay.
+                _drop(self.window, lambda held: held.seq <= last_seq)
+                self.last_seq = max(self.last_seq, last_seq)
+                self.answered = max(self.answered, last_seq)
+            case wire.LevelEvent():
+                if (self._intent is not None or self._floor_wait) and self._retry is not None:
+                    # Waiting for the pool, or for another's floor: a claim given back (a pass) refills the pool,
+                    # and may give the floor up, long before the retry planned; no message comes to say so.
+                    self.wake()
+            case wire.ClaimEvent() | wire.SettingsEvent():
+                pass  # a look reads the claims and the settings that matter from the status, fresh
+            case _:
+                assert_never(event)
+
+    def _on_message(self, message: wire.MessageView) -> None:
+        if message.seq <= self.last_seq:
+            return
+        self.window.append(message)
+        self.last_seq = message.seq
+        if message.author_id == self.persona.id:
+            self._own.append(message)
+            return
+        if self._overtakes is not None and self._overtakes(message):
+            _log.info(
+                "persona=%s: message %d from %s came while the model wrote; stopping it",
+                self.persona.id,
+                message.seq,
+                message.author_id,
+            )
+            self._overtaken.set()
+        self.wake()
 
     # --- taking turns ----------------------------------------------------------------------------------
 
@@ -462,7 +506,11 @@ class ChannelWorker:
         runtime = self.runtime
         # A nod is claimed as a nod: a claim for a remark (or a long one) says something, or passes. A nod from it
         # would have been planned without the one-nod-per-message check, and be refused for it.
-        allowed = (Tier.AIZUCHI,) if claim.tier is Tier.AIZUCHI else _ORDER[1 : _ORDER.index(claim.tier) + 1]
+        allowed = (
+            (Tier.AIZUCHI,)
+            if claim.tier is Tier.AIZUCHI
+            else tuple(tier for tier in Tier if Tier.AIZUCHI.rank < tier.rank <= claim.tier.rank)
+        )
         lengths = {str(tier): status.tiers[tier].max_length for tier in allowed}
         actions = ("pass", *(str(tier) for tier in allowed)) if allow_pass else tuple(str(tier) for tier in allowed)
         request = DecisionRequest(
@@ -476,15 +524,19 @@ class ChannelWorker:
         if request.time_left_s is not None and request.time_left_s <= 0:
             _log.warning("persona=%s: the claim lapses before a model could answer; passing", self.persona.id)
             return False
+        overtaking = Overtaking(self.persona.id, claim.tier, self.persona.id in status.priority, status.stale_tolerance)
+        based_on = window[-1].seq if window else 0
+        # What came since the turn began counts too: the arbiter counts from the message the answer is based on.
+        if any([overtaking(m) for m in self.window if m.seq > based_on]):
+            runtime.stats.given_back += 1
+            _log.info("persona=%s: the conversation moved on while it claimed; no call", self.persona.id)
+            return False
         async with runtime.platform.typing(self.channel_id):
             runtime.stats.llm_requests += 1
-            addressed = self.persona.id in status.priority
             try:
                 # The provider keeps to time_left_s itself; this only makes sure of it, whatever the provider.
                 async with asyncio.timeout(None if request.time_left_s is None else request.time_left_s + 0.5):
-                    result = await self._decide_unless_overtaken(
-                        request, lambda message: overtaken_by(message, self.persona.id, claim.tier, addressed=addressed)
-                    )
+                    result = await self._decide_unless_overtaken(request, overtaking)
                 if result is None:
                     runtime.stats.overtaken += 1
                     return False
