@@ -195,6 +195,18 @@ def _announced(stdout: Path) -> str | None:
     return match.group(1) if match else None
 
 
+def _started(handle: ArbiterProcess, stdout: Path, name: str, startup_s: float, deadline: float) -> str | None:
+    """The URL the process announced, None while it has not yet; fails the test if it exited or took too long."""
+    url = _announced(stdout)
+    if url is not None:
+        return url
+    if handle.process.poll() is not None:
+        raise AssertionError(f"{name} exited with {handle.process.returncode}:\n{handle.log()}")
+    if time.monotonic() > deadline:
+        raise AssertionError(f"{name} did not announce its URL in {startup_s}s:\n{handle.log()}")
+    return None
+
+
 @contextlib.asynccontextmanager
 async def arbiter_process(
     database_url: str,
@@ -209,11 +221,10 @@ async def arbiter_process(
     handle = ArbiterProcess(process, "", stderr)
     try:
         deadline = time.monotonic() + startup_s
-        while (url := _announced(stdout)) is None:
-            if process.poll() is not None:
-                raise AssertionError(f"{name} exited with {process.returncode}:\n{handle.log()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{name} did not announce its URL in {startup_s}s:\n{handle.log()}")
+        while True:
+            # Polled, not awaited: the announcement is a line in a file another process writes.
+            if (url := _started(handle, stdout, name, startup_s, deadline)) is not None:
+                break
             await asyncio.sleep(0.02)
         handle.url = url
         yield handle
@@ -231,11 +242,7 @@ def arbiter_process_blocking(
     handle = ArbiterProcess(process, "", stderr)
     try:
         deadline = time.monotonic() + startup_s
-        while (url := _announced(stdout)) is None:
-            if process.poll() is not None:
-                raise AssertionError(f"{name} exited with {process.returncode}:\n{handle.log()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{name} did not announce its URL in {startup_s}s:\n{handle.log()}")
+        while (url := _started(handle, stdout, name, startup_s, deadline)) is None:
             time.sleep(0.02)
         handle.url = url
         yield handle
