@@ -126,6 +126,39 @@ def _personas_check(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _personas_import(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from bots.cards import CardError, card_to_persona, read_card
+    from bots.persona_file import PersonaFileExists, render_persona, write_persona
+    from bots.settings import BotsSettings
+
+    directory = Path(args.out) if args.out else _settings(BotsSettings).personas_dir
+    source = Path(args.card)
+    try:
+        card = read_card(source)
+        imported = card_to_persona(card, persona_id=args.id, language=args.language, provider=args.provider)
+        persona_id = imported.persona["id"]
+        header = [
+            f"{imported.persona['display_name']}: imported from {source.name}, {card.describe()}, by"
+            " `aizuchi personas import`.",
+            "The comments say where each part came from; what the card held that has no place here was listed",
+            "when it was imported. Give it a color, and tune big_five and talkativeness to the character.",
+        ]
+        text = render_persona(imported.persona, imported.sources, header)
+        path, persona = write_persona(directory, text, persona_id, replace=args.force)
+    except (CardError, PersonaFileExists) as error:
+        print(f"aizuchi: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}: {persona.display_name} ({persona.language}), from {card.describe()}")
+    for line in imported.left_out:
+        print(f"left out: {line}")
+    for line in imported.filled_in:
+        print(f"filled in: {line}")
+    print(f"next: aizuchi personas check, then run it with AIZUCHI_PERSONAS={persona.id}")
+    return 0
+
+
 def _bench_arbiter(args: argparse.Namespace) -> int:
     from bench.arbiter_load import run_benchmark
 
@@ -177,6 +210,16 @@ def _parser() -> argparse.ArgumentParser:
     check = persona_commands.add_parser("check", help="validate every persona file")
     check.add_argument("--dir", help="persona directory (default: AIZUCHI_PERSONAS_DIR or personas/)")
     check.set_defaults(func=_personas_check)
+    card = persona_commands.add_parser(
+        "import", help="make a persona file from a Tavern character card (V1, V2 or V3; JSON or PNG)"
+    )
+    card.add_argument("card", metavar="CARD", help="the card: a .json file, or a .png with the card embedded")
+    card.add_argument("--out", metavar="DIR", help="where to write it (default: AIZUCHI_PERSONAS_DIR or personas/)")
+    card.add_argument("--id", help="the persona's id and file name (default: made from the card's name)")
+    card.add_argument("--language", choices=["en", "ja"], help="its language (default: guessed from the card)")
+    card.add_argument("--provider", default="scripted", help="its provider profile (default: scripted)")
+    card.add_argument("--force", action="store_true", help="replace a persona file of the same id")
+    card.set_defaults(func=_personas_import)
 
     bench = commands.add_parser("bench", help="run a benchmark and print its numbers")
     benches = bench.add_subparsers(dest="bench", required=True, metavar="<benchmark>")
