@@ -129,7 +129,8 @@ def _personas_check(args: argparse.Namespace) -> int:
 def _personas_import(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from bots.cards import CardError, card_to_persona, read_card
+    from bots.card_file import CardError, read_card
+    from bots.cards import card_to_persona
     from bots.persona_file import PersonaFileExists, render_persona, write_persona
     from bots.settings import BotsSettings
 

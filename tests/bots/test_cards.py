@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from bots.cards import CardError, card_to_persona, parse_card, read_card
+from bots.card_file import CardError, parse_card, read_card
+from bots.cards import card_to_persona
 from bots.llm.scripted import GENERIC
 from bots.persona import Persona, PersonaError, load_persona
 from bots.persona_file import PersonaFileExists, render_persona, write_persona
