@@ -5,7 +5,8 @@ The arbiter runs in process on a scratch SQLite file and is reached over HTTP as
 is the scripted one, given a fixed latency: it answers from the persona's lines, by the kind of message it is
 answering. It costs no tokens, so prompt sizes are estimated from the prompts it was really sent. Time runs
 faster than the clock by ``--speed`` (every duration - recoveries, waits, latency, the person's pace - is
-divided by it); times are reported in conversation seconds.
+divided by it); times are reported in conversation seconds. How distinct the personas sound is measured on the
+transcript (bench.transcript_metrics).
 
 The person's script mixes what people say in a group chat: greetings, questions put to one persona by name
 (some asking for an explanation), questions to everyone, thanks, plain statements, a farewell.
@@ -29,6 +30,7 @@ from aiohttp import web
 from arbiter.contract import AuthorKind, Tier
 from arbiter.server import open_arbiter
 from arbiter.settings import ArbiterSettings
+from bench.transcript_metrics import TranscriptScores, measure, profile_text
 from bots.arbiter_client import ArbiterClient
 from bots.kinds import is_question
 from bots.llm.base import ChatProvider, Completion, CompletionRequest, DecisionRequest, DecisionResult
@@ -222,6 +224,7 @@ class ModeResult:
     remarks_by_persona: dict[str, int]
     prompt_by_length: dict[str, float]
     conversation: Conversation
+    scores: TranscriptScores
     speed: float
 
     @property
@@ -239,6 +242,7 @@ class ModeResult:
         replies = sorted(self.conversation.first_replies(self.speed))
         p90 = replies[max(0, int(len(replies) * 0.9) - 1)] if replies else float("nan")
         top, share = self.top_remarks
+        distinct, accuracy = self.scores.distinctness, self.scores.accuracy
         rows = {
             "messages posted": f"{self.posted}",
             "LLM requests": f"{self.requests}",
@@ -254,6 +258,10 @@ class ModeResult:
             "lines by tier (nod/remark/long)": "/".join(str(self.tiers[tier]) for tier in Tier),
             "top persona's share of remarks": f"{share:.0%} ({top})",
             "longest bot-only run": f"{self.conversation.longest_bot_run()}",
+            "speaker distinctness": "-" if distinct is None else f"{distinct:.3f}",
+            "persona accuracy, nearest profile": "-"
+            if accuracy is None
+            else f"{accuracy:.0%} ({self.scores.correct}/{self.scores.lines})",
             "time to first reply, median": f"{statistics.median(replies):.1f} s" if replies else "-",
             "time to first reply, p90": f"{p90:.1f} s" if replies else "-",
         }
@@ -357,6 +365,7 @@ async def _run_mode(mode: str, args: argparse.Namespace, scratch: Path) -> ModeR
         },
         prompt_by_length=_by_length(log),
         conversation=Conversation(history),
+        scores=measure([(m.author_id, m.text) for m in history], {p.id: profile_text(p) for p in personas}),
         speed=speed,
     )
 
@@ -395,6 +404,12 @@ def _print(results: list[ModeResult], args: argparse.Namespace) -> None:
     for label in labels:
         cells = " | ".join(row[label].rjust(c) for row, c in zip(rows, columns, strict=True))
         print(f"| {label.ljust(width)} | {cells} |")
+    for result in results:
+        print(f"\nby speaker ({result.mode}): distinctness, persona accuracy")
+        for score in result.scores.speakers:
+            distinct = "-" if score.distinctness is None else f"{score.distinctness:.3f}"
+            accuracy = f"{score.correct / score.lines:.0%} ({score.correct}/{score.lines})"
+            print(f"  {score.speaker.ljust(12)} {distinct.rjust(6)}  {accuracy}")
     for result in results:
         met = result.targets()
         print(f"\ntargets ({result.mode}): {sum(ok for _, ok in met)} of {len(met)} met")

@@ -1,0 +1,76 @@
+"""``aizuchi bench conversation`` as a user runs it, briefly: a process that prints its table with the transcript
+metrics in it, and writes the transcripts as before."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+PERSONAS = {"Rin": "rin", "Theo": "theo", "Juno": "juno"}
+
+
+def row(output: str, label: str) -> list[str]:
+    """The cells of the table row ``label``, one per mode."""
+    match = re.search(rf"^\| {re.escape(label)} +\|(.*)\|$", output, re.MULTILINE)
+    assert match, f"no row {label!r} in:\n{output}"
+    return [cell.strip() for cell in match[1].split("|")]
+
+
+def test_a_short_run_reports_distinctness_and_persona_accuracy(tmp_path: Path) -> None:
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("ARBITER_", "AIZUCHI_"))}
+    transcript = tmp_path / "talk.txt"
+    command = [
+        "bench",
+        "conversation",
+        "--lines",
+        "8",
+        "--tail",
+        "20",
+        "--speed",
+        "40",
+        "--transcript",
+        str(transcript),
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "aizuchi", *command],
+        cwd=tmp_path,
+        env={**env, "PYTHONUNBUFFERED": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+
+    assert row(out, "messages posted")  # the rows that were there are still there
+    for mode, distinctness, accuracy in zip(
+        ["decide", "tool-loop"],
+        row(out, "speaker distinctness"),
+        row(out, "persona accuracy, nearest profile"),
+        strict=True,
+    ):
+        # The transcript file is as it was: [speaker] text lines; the persona lines are the ones scored.
+        lines = (tmp_path / f"talk.{mode}.txt").read_text().splitlines()
+        assert lines
+        assert all(re.fullmatch(r"\[[^]]+\] .+", line) for line in lines)
+        spoken = [line for line in lines if line.split("]")[0][1:] in PERSONAS]
+        assert -1.0 <= float(distinctness) <= 1.0
+        parts = re.fullmatch(r"(\d+)% \((\d+)/(\d+)\)", accuracy)
+        assert parts, accuracy
+        share, correct, total = parts.groups()
+        assert int(total) == len(spoken)
+        assert 0 <= int(correct) <= int(total)
+        assert abs(int(share) - 100 * int(correct) / int(total)) <= 0.5
+
+        by_speaker = out.split(f"by speaker ({mode}):")[1].split("\n\n")[0]
+        speakers = re.findall(r"^  (\w+) +(-?\d\.\d{3}|-) +(\d+)% \((\d+)/(\d+)\)$", by_speaker, re.MULTILINE)
+        assert sorted(s[0] for s in speakers) == sorted(PERSONAS.values())
+        assert sum(int(s[4]) for s in speakers) == int(total)
+        assert sum(int(s[3]) for s in speakers) == int(correct)
