@@ -8,7 +8,7 @@ Times are POSIX seconds (``*_at``); durations are seconds (``*_s``, ``retry_afte
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypeAlias, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, get_args
 
 from pydantic import (
     BaseModel,
@@ -28,7 +28,10 @@ from pydantic import (
 from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
 from arbiter.core.limits import ID_PATTERN, LIMITS, MAX_NAME_LENGTH, MAX_SEQ, MAX_TEXT_LENGTH, MAX_TOPIC_LENGTH
-from arbiter.core.models import AuthorKind, RefusalReason, SpendState, Tier
+from arbiter.core.models import SETTING_BOUNDS, SETTINGS, TIER_SETTINGS, AuthorKind, RefusalReason, SpendState, Tier
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 # How lengths are measured is part of the contract (a tier's max_length is in these units), so clients get the
 # very functions the arbiter checks with.
@@ -102,10 +105,11 @@ def _whole_number(value: Any) -> Any:
 
 
 def _bounded(name: str, kind: Any = None) -> Any:
-    """A number in a request, within its LIMITS. An integer (``kind`` None) is strict (no strings, no booleans)
-    but for a whole number written as 5.0; bounded, none reaches the database larger than it can store. The
-    bounds come before the conversion, so that the JSON schema shows them as its minimum and maximum."""
-    bound = LIMITS[name]
+    """A number in a request, within its bounds (a setting's declared ones, else LIMITS). An integer (``kind``
+    None) is strict (no strings, no booleans) but for a whole number written as 5.0; bounded, none reaches the
+    database larger than it can store. The bounds come before the conversion, so that the JSON schema shows them as
+    its minimum and maximum."""
+    bound = SETTING_BOUNDS.get(name) or LIMITS[name]
     if kind is None:
         return Annotated[StrictInt, Field(ge=bound.low, le=bound.high), BeforeValidator(_whole_number)]
     return Annotated[kind, Field(ge=bound.low, le=bound.high)]
@@ -161,6 +165,18 @@ def absent() -> Any:
     return Field(None, json_schema_extra=_not_nullable)
 
 
+def _describe(declared: tuple[Any, ...]) -> Callable[[dict[str, Any]], None]:
+    """A JSON schema hook giving each setting the line its declaration has (``arbiter.core.models.SETTINGS``)."""
+    docs = {d.name: d.setting.doc for d in declared}
+
+    def describe(schema: dict[str, Any]) -> None:
+        for name, prop in schema.get("properties", {}).items():
+            if name in docs:
+                prop.setdefault("description", docs[name])
+
+    return describe
+
+
 class _In(BaseModel):
     """Requests: strict types, unknown fields rejected, so a typo is an error and not a silent no-op."""
 
@@ -189,7 +205,9 @@ class ConsumeRequest(_In):
 
     text: Text
     tier: Tier | None = None
-    amount: Annotated[StrictInt, Field(gt=0, le=LIMITS["capacity"].high), BeforeValidator(_whole_number)] | None = None
+    amount: (
+        Annotated[StrictInt, Field(gt=0, le=SETTING_BOUNDS["capacity"].high), BeforeValidator(_whole_number)] | None
+    ) = None
     based_on_seq: Seq | None = Field(None, description="the last history seq the text was written against")
     persona: Id | None = Field(None, description="optional; must be the token's own persona")
 
@@ -261,6 +279,8 @@ def _not_null(value: Any, info: ValidationInfo) -> Any:
 
 
 class TierPatch(_In):
+    model_config = ConfigDict(json_schema_extra=_describe(TIER_SETTINGS))
+
     cost: _bounded("cost") | None = absent()  # type: ignore[valid-type]
     max_length: _bounded("max_length") | None = absent()  # type: ignore[valid-type]
     recovery_s: _bounded("recovery_s", StrictFloat) | None = absent()  # type: ignore[valid-type]
@@ -270,6 +290,8 @@ class TierPatch(_In):
 
 class SettingsPatch(_In):
     """Change some settings; fields left out stay as they are. The whole result is checked before it is saved."""
+
+    model_config = ConfigDict(json_schema_extra=_describe(SETTINGS))
 
     capacity: _bounded("capacity") | None = absent()  # type: ignore[valid-type]
     tiers: dict[Tier, TierPatch] | None = absent()
@@ -376,6 +398,8 @@ class UsageResult(_Out):
 
 
 class TierSettings(_Out):
+    model_config = ConfigDict(json_schema_extra=_describe(TIER_SETTINGS))
+
     cost: int
     max_length: int = Field(description="display columns: CJK characters count 2")
     recovery_s: float
@@ -439,6 +463,8 @@ class HistoryPage(_Out):
 
 
 class SettingsView(_Out):
+    model_config = ConfigDict(json_schema_extra=_describe(SETTINGS))
+
     channel_id: str
     capacity: int
     tiers: dict[Tier, TierSettings]

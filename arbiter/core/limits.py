@@ -1,4 +1,4 @@
-"""Bounds on every setting and input, shared by the rules and the wire models so they cannot drift."""
+"""Bounds on inputs, shared by the rules and the wire models so they cannot drift."""
 
 from __future__ import annotations
 
@@ -13,18 +13,9 @@ class Bound:
     high: float
 
 
+# Bounds of inputs that are not settings (a setting's bounds are declared with it: models.ChannelSettings).
 LIMITS: dict[str, Bound] = {
-    "capacity": Bound(1, 1_000_000),
-    "cost": Bound(1, 1_000_000),
-    "max_length": Bound(1, 2_000),  # Discord's message limit
-    "recovery_s": Bound(0, 3_600),
-    "idle_cap": Bound(1, 1_000),
-    "daily_token_budget": Bound(0, 10_000_000_000),
-    "claim_ttl_s": Bound(1, 600),
-    "priority_window_s": Bound(0, 600),
-    "human_hold_s": Bound(0, 120),
-    "stale_tolerance": Bound(0, 15),
-    "tokens": Bound(0, 10_000_000),
+    "tokens": Bound(0, 10_000_000),  # one usage report's prompt or completion tokens
 }
 
 # Channel and persona ids: Discord snowflakes, room names, slugs. Safe in URLs and logs.

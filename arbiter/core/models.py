@@ -5,10 +5,14 @@ Times are POSIX seconds (floats). The core never reads a clock: every rule takes
 
 from __future__ import annotations
 
+import collections.abc
 import enum
-from dataclasses import dataclass, field, replace
+import types
+from dataclasses import MISSING, dataclass, field, fields, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, get_type_hints
+
+from arbiter.core.limits import MAX_TOPIC_LENGTH, Bound
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -16,14 +20,19 @@ if TYPE_CHECKING:
 __all__ = (
     "DEFAULT_TIERS",
     "RECENT_SUBSTANTIVE",
+    "SETTINGS",
+    "SETTING_BOUNDS",
+    "TIER_SETTINGS",
     "AuthorKind",
     "ChannelSettings",
     "ChannelState",
+    "Declared",
     "Message",
     "PersonaInfo",
     "PersonaPolicy",
     "Priority",
     "RefusalReason",
+    "Setting",
     "Spend",
     "SpendState",
     "Tier",
@@ -73,10 +82,29 @@ class RefusalReason(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Setting:
+    """A channel setting's declaration beside its name, type and default: its bounds (a number), its longest
+    length (text) and a line for people. Everything that lists, checks, stores or shows settings is derived from
+    these declarations (``SETTINGS``, ``TIER_SETTINGS``), so a setting is added in one place: here (plus its column)."""
+
+    doc: str
+    bound: Bound | None = None
+    longest: int | None = None
+
+
+def _setting(
+    default: Any = MISSING, *, doc: str, low: float | None = None, high: float | None = None, longest: int | None = None
+) -> Any:
+    bound = None if low is None or high is None else Bound(low, high)
+    return field(default=default, metadata={"setting": Setting(doc, bound, longest)})
+
+
+@dataclass(frozen=True, slots=True)
 class TierRule:
-    cost: int
-    max_length: int  # display columns: CJK characters count 2, see core.text
-    recovery_s: float
+    cost: int = _setting(doc="what a turn in this tier takes from the pool", low=1, high=1_000_000)
+    # Display columns: CJK characters count 2, see core.text. At most Discord's message limit.
+    max_length: int = _setting(doc="the longest text of this tier, in display columns", low=1, high=2_000)
+    recovery_s: float = _setting(doc="seconds until a turn's cost comes back to the pool", low=0, high=3_600)
 
 
 DEFAULT_TIERS: Mapping[Tier, TierRule] = MappingProxyType(
@@ -101,18 +129,24 @@ class PersonaPolicy:
 
 @dataclass(frozen=True, slots=True)
 class ChannelSettings:
-    capacity: int = 100
+    capacity: int = _setting(100, doc="the pool's size", low=1, high=1_000_000)
     tiers: Mapping[Tier, TierRule] = field(default_factory=lambda: DEFAULT_TIERS)
-    enabled: bool = True
-    paused: bool = False
-    idle_cap: int = 12
-    daily_token_budget: int | None = 500_000
-    topic: str = ""
-    claim_ttl_s: float = 30.0
-    priority_window_s: float = 20.0
-    human_hold_s: float = 0.0
-    stale_tolerance: int = 1
-    personas_enabled_by_default: bool = True
+    enabled: bool = _setting(True, doc="whether the fleet takes part in this channel")
+    paused: bool = _setting(False, doc="whether the personas hold back for now")
+    idle_cap: int = _setting(12, doc="bot turns in a row without a human before the bots stop", low=1, high=1_000)
+    daily_token_budget: int | None = _setting(
+        500_000, doc="LLM tokens the personas may use here per UTC day; null for no budget", low=0, high=10_000_000_000
+    )
+    topic: str = _setting("", doc="what the channel is about, for the personas", longest=MAX_TOPIC_LENGTH)
+    claim_ttl_s: float = _setting(30.0, doc="seconds a claim holds its cost before it lapses", low=1, high=600)
+    priority_window_s: float = _setting(
+        20.0, doc="seconds an addressed persona has the floor to answer", low=0, high=600
+    )
+    human_hold_s: float = _setting(0.0, doc="seconds a human message holds the bots to nods", low=0, high=120)
+    stale_tolerance: int = _setting(
+        1, doc="remarks or human messages that may follow the one a remark answers before it is stale", low=0, high=15
+    )
+    personas_enabled_by_default: bool = _setting(True, doc="whether a persona takes part here unless disabled")
     personas: Mapping[str, PersonaPolicy] = field(default_factory=dict)
 
     def tier(self, tier: Tier) -> TierRule:
@@ -244,3 +278,36 @@ class ChannelState:
     def claim_of(self, persona_id: str, now: float) -> Spend | None:
         """The persona's live claim here, if any."""
         return next((c for c in self.claims if c.persona_id == persona_id and c.refund_at > now), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Declared:
+    """One declared setting: its name, its value's type (int, float, bool or str), whether null is allowed, and
+    its declaration."""
+
+    name: str
+    kind: type
+    nullable: bool
+    setting: Setting
+
+
+def _declared(cls: type) -> tuple[Declared, ...]:
+    hints = get_type_hints(cls, localns={"Mapping": collections.abc.Mapping})
+    declared = []
+    for found in fields(cls):
+        if "setting" not in found.metadata:
+            continue
+        hint = hints[found.name]
+        kinds = [kind for kind in getattr(hint, "__args__", ()) if kind is not types.NoneType] or [hint]
+        nullable = isinstance(hint, types.UnionType)
+        declared.append(Declared(found.name, kinds[0], nullable, found.metadata["setting"]))
+    return tuple(declared)
+
+
+SETTINGS: tuple[Declared, ...] = _declared(ChannelSettings)
+"""The channel's scalar settings (all but ``tiers`` and ``personas``), in their declaration order."""
+TIER_SETTINGS: tuple[Declared, ...] = _declared(TierRule)
+"""Each tier's settings."""
+SETTING_BOUNDS: Mapping[str, Bound] = MappingProxyType(
+    {d.name: d.setting.bound for d in (*SETTINGS, *TIER_SETTINGS) if d.setting.bound is not None}
+)

@@ -1,4 +1,5 @@
-"""Whole-settings checks: every bound, and the rules that tie fields together."""
+"""Whole-settings checks: each setting against its declaration (``models.SETTINGS``), and the rules that tie
+settings together."""
 
 from __future__ import annotations
 
@@ -7,38 +8,49 @@ from dataclasses import replace
 from typing import Any
 
 from arbiter.core.errors import InvalidRequest
-from arbiter.core.limits import LIMITS, MAX_TOPIC_LENGTH
-from arbiter.core.models import ChannelSettings, Tier
+from arbiter.core.models import SETTINGS, TIER_SETTINGS, ChannelSettings, Declared, Tier
 
 __all__ = ("patch_settings", "validate_settings")
 
 
-_INTEGERS = frozenset({"capacity", "cost", "max_length", "idle_cap", "daily_token_budget", "stale_tolerance"})
-
-
-def _bound(field: str, value: object) -> None:
-    name = field.rsplit(".", 1)[-1]
-    bound = LIMITS[name]
+def _check(field: str, declared: Declared, value: object) -> None:
+    """Raise InvalidRequest unless ``value`` is of the setting's type and within its declared bounds."""
+    if value is None and declared.nullable:
+        return
+    kind, setting = declared.kind, declared.setting
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise InvalidRequest(f"{field} must be true or false", field=field)
+        return
+    if kind is str:
+        if not isinstance(value, str):
+            raise InvalidRequest(f"{field} must be text", field=field)
+        if setting.longest is not None and len(value) > setting.longest:
+            raise InvalidRequest(f"{field} is longer than {setting.longest} characters", field=field)
+        return
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidRequest(f"{field} must be a number, not {value!r}", field=field)
-    if name in _INTEGERS and not isinstance(value, int):
+    if kind is int and not isinstance(value, int):
         raise InvalidRequest(f"{field} must be a whole number, not {value!r}", field=field)
-    if not bound.low <= value <= bound.high:
+    bound = setting.bound
+    if bound is not None and not bound.low <= value <= bound.high:
         raise InvalidRequest(f"{field} must be between {bound.low:g} and {bound.high:g}, not {value:g}", field=field)
 
 
 def validate_settings(settings: ChannelSettings) -> None:
-    """Raise InvalidRequest naming the first field that is out of bounds or inconsistent."""
-    _bound("capacity", settings.capacity)
+    """Raise InvalidRequest naming the first field that is out of bounds or inconsistent. Each setting's own
+    declaration is checked first (its type and bounds), then the rules that tie the tiers to each other and to
+    the capacity."""
+    for declared in SETTINGS:
+        _check(declared.name, declared, getattr(settings, declared.name))
     missing = [tier for tier in Tier if tier not in settings.tiers]
     if missing:
         raise InvalidRequest(f"tier {missing[0]} is missing", field=f"tiers.{missing[0]}")
     previous: tuple[Tier, int, int] | None = None
     for tier in Tier:
         rule = settings.tiers[tier]
-        _bound(f"tiers.{tier}.cost", rule.cost)
-        _bound(f"tiers.{tier}.max_length", rule.max_length)
-        _bound(f"tiers.{tier}.recovery_s", rule.recovery_s)
+        for declared in TIER_SETTINGS:
+            _check(f"tiers.{tier}.{declared.name}", declared, getattr(rule, declared.name))
         if rule.cost > settings.capacity:
             raise InvalidRequest(
                 f"{tier} costs {rule.cost}, more than the capacity {settings.capacity}; it could never be afforded",
@@ -57,38 +69,10 @@ def validate_settings(settings: ChannelSettings) -> None:
                     field=f"tiers.{tier}.max_length",
                 )
         previous = (tier, rule.cost, rule.max_length)
-    _bound("idle_cap", settings.idle_cap)
-    if settings.daily_token_budget is not None:
-        _bound("daily_token_budget", settings.daily_token_budget)
-    _bound("claim_ttl_s", settings.claim_ttl_s)
-    _bound("priority_window_s", settings.priority_window_s)
-    _bound("human_hold_s", settings.human_hold_s)
-    _bound("stale_tolerance", settings.stale_tolerance)
-    for name in ("enabled", "paused", "personas_enabled_by_default"):
-        if not isinstance(getattr(settings, name), bool):
-            raise InvalidRequest(f"{name} must be true or false", field=name)
-    if not isinstance(settings.topic, str):
-        raise InvalidRequest("topic must be text", field="topic")
-    if len(settings.topic) > MAX_TOPIC_LENGTH:
-        raise InvalidRequest(f"topic is longer than {MAX_TOPIC_LENGTH} characters", field="topic")
 
 
-_TIER_FIELDS = frozenset({"cost", "max_length", "recovery_s"})
-_SCALAR_FIELDS = frozenset(
-    {
-        "capacity",
-        "enabled",
-        "paused",
-        "idle_cap",
-        "daily_token_budget",
-        "topic",
-        "claim_ttl_s",
-        "priority_window_s",
-        "human_hold_s",
-        "stale_tolerance",
-        "personas_enabled_by_default",
-    }
-)
+_SCALAR_FIELDS = frozenset(declared.name for declared in SETTINGS)
+_TIER_FIELDS = frozenset(declared.name for declared in TIER_SETTINGS)
 
 
 def patch_settings(settings: ChannelSettings, changes: Mapping[str, Any]) -> ChannelSettings:

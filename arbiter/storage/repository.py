@@ -7,6 +7,7 @@ database. Core statements rather than ORM sessions, because the writer runs thou
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from arbiter.core.ledger import split
 from arbiter.core.models import (
+    SETTINGS,
     AuthorKind,
     ChannelSettings,
     ChannelState,
@@ -83,21 +85,7 @@ _STATE_COLUMNS = (
     "history_since",
     "updated_at",
 )
-_SETTINGS_COLUMNS = (
-    "capacity",
-    "tiers",
-    "enabled",
-    "paused",
-    "idle_cap",
-    "daily_token_budget",
-    "topic",
-    "claim_ttl_s",
-    "priority_window_s",
-    "human_hold_s",
-    "stale_tolerance",
-    "personas_enabled_by_default",
-    "personas",
-)
+_SETTINGS_COLUMNS = (*(declared.name for declared in SETTINGS), "tiers", "personas")
 _SPEND_CHANGES = ("tier", "cost", "state", "refund_at", "message_seq")
 _MESSAGE_CHANGES = ("text", "platform_message_id", "retracted", "deleted", "edited_at")
 
@@ -168,23 +156,11 @@ _UPDATE_MESSAGES = _WriterStatement(
 
 
 def _settings_columns(settings: ChannelSettings) -> dict[str, Any]:
+    # One column per declared setting, of the same name; the tiers and the persona policies as JSON.
     return {
-        "capacity": settings.capacity,
-        "tiers": {
-            str(tier): {"cost": rule.cost, "max_length": rule.max_length, "recovery_s": rule.recovery_s}
-            for tier, rule in settings.tiers.items()
-        },
-        "enabled": settings.enabled,
-        "paused": settings.paused,
-        "idle_cap": settings.idle_cap,
-        "daily_token_budget": settings.daily_token_budget,
-        "topic": settings.topic,
-        "claim_ttl_s": settings.claim_ttl_s,
-        "priority_window_s": settings.priority_window_s,
-        "human_hold_s": settings.human_hold_s,
-        "stale_tolerance": settings.stale_tolerance,
-        "personas_enabled_by_default": settings.personas_enabled_by_default,
-        "personas": {pid: {"enabled": p.enabled, "muted": p.muted} for pid, p in sorted(settings.personas.items())},
+        **{declared.name: getattr(settings, declared.name) for declared in SETTINGS},
+        "tiers": {str(tier): asdict(rule) for tier, rule in settings.tiers.items()},
+        "personas": {pid: asdict(policy) for pid, policy in sorted(settings.personas.items())},
     }
 
 
@@ -213,18 +189,8 @@ def _state_columns(state: ChannelState) -> dict[str, Any]:
 
 def _settings_from(row: Row[Any]) -> ChannelSettings:
     return ChannelSettings(
-        capacity=row.capacity,
+        **{declared.name: getattr(row, declared.name) for declared in SETTINGS},
         tiers={Tier(name): TierRule(**rule) for name, rule in row.tiers.items()},
-        enabled=row.enabled,
-        paused=row.paused,
-        idle_cap=row.idle_cap,
-        daily_token_budget=row.daily_token_budget,
-        topic=row.topic,
-        claim_ttl_s=row.claim_ttl_s,
-        priority_window_s=row.priority_window_s,
-        human_hold_s=row.human_hold_s,
-        stale_tolerance=row.stale_tolerance,
-        personas_enabled_by_default=row.personas_enabled_by_default,
         personas={pid: PersonaPolicy(**policy) for pid, policy in row.personas.items()},
     )
 
