@@ -97,7 +97,7 @@ async def open_arbiter(
             wants_events=None if relay is not None else hub.watching,
         )
         await service.load_personas()
-        hub.add_listener(service.on_event)
+        hub.add_listener(service.registry.on_event)
         ticker = RefundTicker(service, hub, clock)
         stack.callback(ticker.close)
         yield Arbiter(settings, service, hub, build_app(service, hub, auth))

@@ -7,23 +7,31 @@ The status a persona reads carries, per tier, the core's own verdict on a claim 
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from dataclasses import asdict
+from typing import TYPE_CHECKING, TypeVar
 
 from arbiter import contract as wire
 from arbiter.core import rules
+from arbiter.core.models import SETTINGS
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from arbiter.core.models import ChannelSettings, ChannelState, Message, PersonaInfo, Spend
+    from arbiter.core.rules import Outcome, Transition
 
 __all__ = (
+    "claim_result",
     "claim_view",
+    "level_event",
     "message_view",
     "next_refund",
     "persona_view",
+    "release_result",
     "settings_view",
+    "speak_result",
     "status_view",
+    "transition_events",
     "upcoming_refunds",
 )
 
@@ -58,29 +66,21 @@ def claim_view(spend: Spend, now: float) -> wire.ClaimView:
 def settings_view(
     channel_id: str, settings: ChannelSettings, names: Mapping[str, str] | None = None
 ) -> wire.SettingsView:
+    """The settings as the API shows them: every declared setting (``models.SETTINGS``) under its own name, each
+    tier's, and each persona's policy with its display name. Built from the declarations, so checked by pydantic
+    at run time; a test ties the wire model's fields to them."""
     names = names or {}
     personas = {pid: settings.policy(pid) for pid in sorted({*settings.personas, *names})}
-    return wire.SettingsView(
-        channel_id=channel_id,
-        capacity=settings.capacity,
-        tiers={
-            t: wire.TierSettings(cost=r.cost, max_length=r.max_length, recovery_s=r.recovery_s)
-            for t, r in settings.tiers.items()
-        },
-        enabled=settings.enabled,
-        paused=settings.paused,
-        idle_cap=settings.idle_cap,
-        daily_token_budget=settings.daily_token_budget,
-        topic=settings.topic,
-        claim_ttl_s=settings.claim_ttl_s,
-        priority_window_s=settings.priority_window_s,
-        human_hold_s=settings.human_hold_s,
-        stale_tolerance=settings.stale_tolerance,
-        personas_enabled_by_default=settings.personas_enabled_by_default,
-        personas={
-            pid: wire.PersonaView(enabled=p.enabled, muted=p.muted, display_name=names.get(pid))
-            for pid, p in personas.items()
-        },
+    return wire.SettingsView.model_validate(
+        {
+            "channel_id": channel_id,
+            **{declared.name: getattr(settings, declared.name) for declared in SETTINGS},
+            "tiers": {tier: asdict(rule) for tier, rule in settings.tiers.items()},
+            "personas": {
+                pid: wire.PersonaView(enabled=p.enabled, muted=p.muted, display_name=names.get(pid))
+                for pid, p in personas.items()
+            },
+        }
     )
 
 
@@ -161,3 +161,90 @@ def status_view(
         you=you,
         claim=claim,
     )
+
+
+# --- verdicts: what a spending call answers ---------------------------------------------------------------
+
+_Refusable = TypeVar("_Refusable", wire.ClaimResult, wire.SpeakResult)
+
+
+def _refused(result: type[_Refusable], state: ChannelState, now: float, refusal: rules.Refusal) -> _Refusable:
+    return result(
+        granted=False,
+        level=rules.level(state, now),
+        capacity=state.settings.capacity,
+        reason=refusal.reason,
+        detail=refusal.detail,
+        retry_after=refusal.retry_after,
+    )
+
+
+def claim_result(state: ChannelState, now: float, outcome: Outcome) -> wire.ClaimResult:
+    """The answer to a claim: ``state`` is the channel after it."""
+    if isinstance(outcome, rules.Refusal):
+        return _refused(wire.ClaimResult, state, now, outcome)
+    assert isinstance(outcome, rules.ClaimGranted), outcome
+    return wire.ClaimResult(
+        granted=True,
+        level=rules.level(state, now),
+        capacity=state.settings.capacity,
+        claim=claim_view(outcome.spend, now),
+    )
+
+
+def speak_result(state: ChannelState, now: float, outcome: Outcome) -> wire.SpeakResult:
+    """The answer to a speak or a consume: ``state`` is the channel after it."""
+    if isinstance(outcome, rules.Refusal):
+        return _refused(wire.SpeakResult, state, now, outcome)
+    assert isinstance(outcome, rules.SpeechGranted), outcome
+    return wire.SpeakResult(
+        granted=True,
+        level=rules.level(state, now),
+        capacity=state.settings.capacity,
+        message=message_view(outcome.message),
+        refunded=outcome.refunded,
+    )
+
+
+def release_result(state: ChannelState, now: float, outcome: Outcome) -> wire.ReleaseResult:
+    """The answer to a release (never refused: releasing what is gone already is a no-op)."""
+    assert isinstance(outcome, rules.Released), outcome
+    return wire.ReleaseResult(
+        granted=True,
+        level=rules.level(state, now),
+        capacity=state.settings.capacity,
+        claim=claim_view(outcome.spend, now),
+    )
+
+
+# --- events: what the stream hears --------------------------------------------------------------------------
+
+
+def level_event(state: ChannelState, now: float) -> wire.LevelEvent:
+    return wire.LevelEvent(
+        channel_id=state.channel_id,
+        level=rules.level(state, now),
+        capacity=state.settings.capacity,
+        at=now,
+        next_refund_at=next_refund(state, now),
+    )
+
+
+def transition_events(transition: Transition, before: ChannelState, now: float) -> list[wire.ArbiterEvent]:
+    """What the stream should hear about a transition from ``before``: its new messages, its retractions, every
+    claim made or settled, and the level when it moved (or a claim did)."""
+    channel_id = transition.state.channel_id
+    events: list[wire.ArbiterEvent] = [
+        wire.MessageEvent(channel_id=channel_id, message=message_view(m)) for m in transition.new_messages
+    ]
+    events += [
+        wire.RetractedEvent(channel_id=channel_id, seq=m.seq) for m in transition.changed_messages if m.retracted
+    ]
+    events += [
+        wire.ClaimEvent(channel_id=channel_id, claim=claim_view(s, now))
+        for s in (*transition.new_spends, *transition.changed_spends)
+    ]
+    moved = rules.level(transition.state, now) != rules.level(before, now)
+    if moved or transition.new_spends or transition.changed_spends:
+        events.append(level_event(transition.state, now))
+    return events

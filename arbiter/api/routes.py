@@ -217,7 +217,7 @@ async def _register(call: Call) -> None:
 
 
 async def _personas(call: Call) -> BaseModel:
-    return call.service.personas_info()
+    return call.service.registry.views()
 
 
 async def _edit(call: Call) -> BaseModel:

@@ -140,7 +140,7 @@ class ArbiterBot(discord.Client):
     async def _record(self, channel_id: str, message: discord.Message, *, at: float | None = None) -> bool:
         """Translate a Discord message into a record of the channel's history (``at``: see record_message).
         Whether it was new there."""
-        persona = self.service.persona_of_platform_user(str(message.author.id))
+        persona = self.service.registry.persona_of_platform_user(str(message.author.id))
         if persona is not None:
             kind, author_id = AuthorKind.PERSONA, persona
         else:
@@ -150,7 +150,7 @@ class ArbiterBot(discord.Client):
         replied = message.reference.resolved if message.reference is not None else None
         if isinstance(replied, discord.Message):
             spoken_to.append(replied.author.id)  # a reply to a persona's message speaks to that persona
-        mentioned = (self.service.persona_of_platform_user(str(user_id)) for user_id in spoken_to)
+        mentioned = (self.service.registry.persona_of_platform_user(str(user_id)) for user_id in spoken_to)
         result = await self.service.record_message(
             channel_id,
             author_id=author_id,

@@ -109,7 +109,7 @@ class ModeratorCommands(app_commands.Group):
         except NotFound:
             await self._reply(interaction, "aizuchi is not set up in this channel: `/aizuchi enable` turns it on.")
             return
-        await self._reply(interaction, status_text(status, settings, self._service.personas_info()))
+        await self._reply(interaction, status_text(status, settings, self._service.registry.views()))
 
     @app_commands.command(description="Turn the fleet on in this channel")
     async def enable(self, interaction: discord.Interaction) -> None:
@@ -173,7 +173,7 @@ class ModeratorCommands(app_commands.Group):
     async def persona(
         self, interaction: discord.Interaction, persona: str, action: Literal["enable", "disable", "mute", "unmute"]
     ) -> None:
-        known = {info.id: info.display_name for info in self._service.personas_info().personas}
+        known = {info.id: info.display_name for info in self._service.registry.views().personas}
         if persona not in known:
             names = ", ".join(sorted(known)) or "none"
             await self._reply(interaction, f"No persona {persona!r} here (known: {names}).")
@@ -193,7 +193,7 @@ class ModeratorCommands(app_commands.Group):
 
     @persona.autocomplete("persona")
     async def _persona_names(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
-        infos = self._service.personas_info().personas
+        infos = self._service.registry.views().personas
         matches = [i for i in infos if current.casefold() in (i.id + " " + i.display_name).casefold()]
         return [app_commands.Choice(name=f"{i.display_name} ({i.id})", value=i.id) for i in matches[:25]]
 

@@ -196,7 +196,7 @@ async def _snapshot(request: web.Request) -> web.Response:
         channel_id=channel_id,
         settings=await service.settings(channel_id),
         status=await service.status(channel_id),
-        personas=service.personas_info().personas,
+        personas=service.registry.views().personas,
         history=history,
         # The stream replays from the last message shown, so one recorded meanwhile is not missed.
         last_seq=history[-1].seq if history else 0,

@@ -181,7 +181,7 @@ async def test_run_bots_puts_the_personas_on_discord_with_a_separately_running_a
                 return any(m.platform_message_id == str(answer.id) for m in await live.history(str(world.lounge.id)))
 
             await eventually(linked, what="juno's answer linked in the arbiter's history")
-        registered = {p.id: p.platform_user_id for p in live.service.personas_info().personas if p.id in TOKENS}
+        registered = {p.id: p.platform_user_id for p in live.service.registry.views().personas if p.id in TOKENS}
 
     assert registered == {pid: str(bot.id) for pid, bot in world.personas.items()}
     assert not any(fake.connected(bot) for bot in world.personas.values())

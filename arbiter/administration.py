@@ -1,0 +1,102 @@
+"""Channel administration: the channels, their settings, which personas take part, clearing the history. What
+the admin endpoints, the moderators' slash commands and the local room's settings panel call."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from arbiter import contract as wire
+from arbiter.core import rules
+from arbiter.core.models import ChannelSettings, ChannelState, PersonaPolicy
+from arbiter.core.validation import patch_settings
+from arbiter.service_core import ServiceCore
+from arbiter.storage import repository as repo
+from arbiter.views import level_event, settings_view
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from arbiter.storage.writer import WriteTx
+
+__all__ = ("ChannelAdministration",)
+
+
+class ChannelAdministration(ServiceCore):
+    async def channels(self) -> wire.ChannelList:
+        rows = await self._database.read(repo.channel_ids)
+        return wire.ChannelList(
+            channels=[wire.ChannelSummary(channel_id=cid, enabled=enabled, last_seq=seq) for cid, enabled, seq in rows]
+        )
+
+    async def settings(self, channel_id: str) -> wire.SettingsView:
+        state = await self._read_state(channel_id, self.now())
+        return self._settings_view(state)
+
+    def _settings_view(self, state: ChannelState) -> wire.SettingsView:
+        return settings_view(state.channel_id, state.settings, self.registry.display_names())
+
+    async def ensure_channel(self, channel_id: str, changes: Mapping[str, Any] | None = None) -> wire.SettingsView:
+        """Create the channel with the default settings plus ``changes``; if it exists, apply ``changes`` to it."""
+        settings = patch_settings(self._defaults, changes or {})
+
+        def run(tx: WriteTx) -> wire.SettingsView:
+            state = tx.channel(channel_id)
+            if state is not None:
+                if not changes:
+                    return self._settings_view(state)
+                return self._save_settings(tx, state, patch_settings(state.settings, changes))
+            created = tx.create_channel(ChannelState(channel_id, settings, history_since=tx.now()))
+            view = self._settings_view(created)
+            tx.emit(wire.SettingsEvent(channel_id=channel_id, settings=view))
+            return view
+
+        return await self._writer.run(run, (channel_id,))
+
+    async def update_settings(self, channel_id: str, changes: Mapping[str, Any]) -> wire.SettingsView:
+        """Change settings; the result is checked as a whole, and nothing changes if any part is invalid."""
+
+        def step(tx: WriteTx, state: ChannelState) -> wire.SettingsView:
+            return self._save_settings(tx, state, patch_settings(state.settings, changes))
+
+        return await self._change(channel_id, step)
+
+    async def set_persona(
+        self, channel_id: str, persona_id: str, *, enabled: bool | None = None, muted: bool | None = None
+    ) -> wire.SettingsView:
+        self.registry.require(persona_id)
+
+        def step(tx: WriteTx, state: ChannelState) -> wire.SettingsView:
+            policy = state.settings.policy(persona_id)
+            policy = PersonaPolicy(
+                enabled=policy.enabled if enabled is None else enabled, muted=policy.muted if muted is None else muted
+            )
+            return self._save_settings(tx, state, state.settings.with_policy(persona_id, policy))
+
+        return await self._change(channel_id, step)
+
+    def _save_settings(self, tx: WriteTx, state: ChannelState, settings: ChannelSettings) -> wire.SettingsView:
+        now = tx.now()
+        before = rules.level(state, now)
+        next_state = replace(state, settings=settings)
+        if settings.enabled and not state.settings.enabled:
+            # What was said while the fleet was off here is not read back by a catch-up after a restart.
+            next_state = replace(next_state, history_since=now)
+        tx.replace_state(next_state)
+        view = self._settings_view(next_state)
+        tx.emit(wire.SettingsEvent(channel_id=state.channel_id, settings=view))
+        if rules.level(next_state, now) != before or settings.capacity != state.settings.capacity:
+            tx.emit(level_event(next_state, now))
+        return view
+
+    async def clear_history(self, channel_id: str) -> int:
+        """Delete the channel's messages (settings and the spend ledger stay). Returns how many were deleted."""
+
+        def step(tx: WriteTx, state: ChannelState) -> int:
+            deleted = tx.delete_history(channel_id)
+            transition = rules.clear_history(state, tx.now())
+            tx.replace_state(transition.state)
+            tx.emit(wire.ClearedEvent(channel_id=channel_id, last_seq=state.last_seq))
+            return deleted
+
+        return await self._change(channel_id, step)

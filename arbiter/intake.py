@@ -1,0 +1,137 @@
+"""Observing the platform: messages people (and other bots) said there, their edits and deletions, and where to
+start reading a channel back after a restart."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from arbiter import contract as wire
+from arbiter.core import rules
+from arbiter.core.addressing import addressed_personas
+from arbiter.core.errors import NotFound
+from arbiter.core.models import AuthorKind, ChannelState, Message
+from arbiter.core.rules import Author
+from arbiter.service_core import ServiceCore
+from arbiter.storage import repository as repo
+from arbiter.views import message_view
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from arbiter.storage.writer import WriteTx
+
+__all__ = ("IntakeMark", "PlatformIntake")
+
+
+@dataclass(frozen=True, slots=True)
+class IntakeMark:
+    """Where reading a channel's platform history back (after a restart) starts: after ``after``, the platform id
+    of the newest message recorded there, and nothing said before ``since`` (see ``ChannelState.history_since``)."""
+
+    after: str | None
+    since: float | None
+
+
+class PlatformIntake(ServiceCore):
+    async def record_message(
+        self,
+        channel_id: str,
+        *,
+        author_id: str,
+        author_name: str,
+        text: str,
+        author_kind: AuthorKind = AuthorKind.HUMAN,
+        platform_message_id: str | None = None,
+        mentions: Sequence[str] = (),
+        at: float | None = None,
+    ) -> wire.ObserveResult:
+        """Record a message seen on the platform. Humans never pay; the same platform id is recorded once.
+
+        ``at``: when it was said, for a message recorded late (read back from the platform after a restart);
+        by default, now. It is kept within bounds: never after now, never before the channel's newest message
+        (the history's times follow its order). See ``rules.observe`` for what a late message still does.
+        """
+
+        def step(tx: WriteTx, state: ChannelState) -> wire.ObserveResult:
+            if platform_message_id is not None:
+                known = tx.message_by_platform_id(channel_id, platform_message_id)
+                if known is not None:
+                    return wire.ObserveResult(seq=known.seq, created=False)
+                if author_kind is AuthorKind.PERSONA:
+                    granted = self._unlinked(tx, channel_id, author_id)
+                    if granted is not None:
+                        # Our persona's own post, seen before the persona linked it: the same message.
+                        linked = rules.link_platform_id(state, author_id, granted, platform_message_id)
+                        self._commit(tx, state, linked)
+                        return wire.ObserveResult(seq=granted.seq, created=False)
+            addressed: tuple[str, ...] = ()
+            if author_kind is AuthorKind.HUMAN:
+                addressed = addressed_personas(text, self.registry.names(), mentions)
+            author = Author(author_id, author_name, author_kind)
+            now = tx.now()
+            said = None if at is None else max(at, self._newest_time(tx, state))
+            transition = rules.observe(
+                state, author, text, now, platform_message_id=platform_message_id, addressed=addressed, at=said
+            )
+            self._commit(tx, state, transition)
+            assert isinstance(transition.outcome, Message)
+            return wire.ObserveResult(seq=transition.outcome.seq, created=True)
+
+        return await self._change(channel_id, step)
+
+    @staticmethod
+    def _newest_time(tx: WriteTx, state: ChannelState) -> float:
+        """When the channel's newest message was said (-inf when its history is empty)."""
+        newest = tx.message(state.channel_id, state.last_seq) if state.last_seq else None
+        return float("-inf") if newest is None else newest.created_at
+
+    async def intake_mark(self, channel_id: str) -> IntakeMark:
+        """Where to start reading the channel's platform history back after a restart. ``after`` is a numeric
+        platform id (a Discord snowflake): the newest message's by seq that has one, deleted ones included; the
+        ids of emoji reactions that stand in for a persona's nod (``reaction-...``) are not messages."""
+        state = await self._read_state(channel_id, self.now())
+        ids = await self._database.read(repo.recent_platform_ids, channel_id, 50)
+        return IntakeMark(after=next((pid for pid in ids if pid.isdigit()), None), since=state.history_since)
+
+    def _unlinked(self, tx: WriteTx, channel_id: str, persona_id: str) -> Message | None:
+        """The persona's newest granted message that has no platform id yet. A persona posts one message at a
+        time, so that is the one just seen; the platform may have changed its text a little (formatting), so
+        the text is not compared."""
+        for message in reversed(repo.recent_history(tx.conn, channel_id, 20)):
+            if message.author_id == persona_id and message.author_kind is AuthorKind.PERSONA:
+                return message if message.platform_message_id is None else None
+        return None
+
+    async def edit_message(self, channel_id: str, platform_message_id: str, text: str) -> wire.MessageView:
+        """A message was edited on the platform."""
+        return await self._on_platform_message(channel_id, platform_message_id, text)
+
+    async def delete_message(self, channel_id: str, platform_message_id: str) -> wire.MessageView:
+        """A message was deleted on the platform."""
+        return await self._on_platform_message(channel_id, platform_message_id, None)
+
+    async def _on_platform_message(
+        self, channel_id: str, platform_message_id: str, text: str | None
+    ) -> wire.MessageView:
+        def step(tx: WriteTx, state: ChannelState) -> wire.MessageView:
+            message = tx.message_by_platform_id(channel_id, platform_message_id)
+            if message is None:
+                raise NotFound(
+                    f"no message with platform id {platform_message_id} in channel {channel_id}",
+                    field="platform_message_id",
+                    code="unknown_message",
+                )
+            now = tx.now()
+            transition = rules.delete(state, message) if text is None else rules.edit(state, message, text, now)
+            assert isinstance(transition.outcome, Message)
+            view = message_view(transition.outcome)
+            if transition.changed:
+                tx.apply(transition)
+                if text is None:
+                    tx.emit(wire.DeletedEvent(channel_id=channel_id, seq=message.seq))
+                else:
+                    tx.emit(wire.EditedEvent(channel_id=channel_id, message=view))
+            return view
+
+        return await self._change(channel_id, step)

@@ -1,0 +1,71 @@
+"""The personas an arbiter serves, and how each presents itself (names, colour, platform account).
+
+Which personas exist is fixed at start-up (each has a token). How they present themselves changes while the arbiter
+runs: a persona registers, here or through another arbiter process. Writer steps read this from the writer's thread
+while the event loop updates it, so it is a snapshot replaced whole, never a dict changed in place.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from arbiter import contract as wire
+from arbiter.core.errors import NotFound
+from arbiter.core.models import AuthorKind, PersonaInfo
+from arbiter.core.rules import Author
+from arbiter.events import PersonaEvent
+from arbiter.views import persona_view
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Iterable, Mapping
+
+    from arbiter.events import Event
+
+__all__ = ("PersonaRegistry",)
+
+
+class PersonaRegistry:
+    def __init__(self, persona_ids: Collection[str]) -> None:
+        self.ids = frozenset(persona_ids)
+        self._infos: Mapping[str, PersonaInfo] = MappingProxyType({})
+
+    def require(self, persona_id: str) -> None:
+        if persona_id not in self.ids:
+            raise NotFound(f"unknown persona {persona_id}", field="persona", code="unknown_persona")
+
+    def info(self, persona_id: str) -> PersonaInfo:
+        """How the persona registered; by its id alone until it does."""
+        return self._infos.get(persona_id) or PersonaInfo(persona_id, persona_id)
+
+    def name(self, persona_id: str) -> str:
+        return self.info(persona_id).display_name
+
+    def author(self, persona_id: str) -> Author:
+        return Author(persona_id, self.name(persona_id), AuthorKind.PERSONA)
+
+    def display_names(self) -> dict[str, str]:
+        return {pid: self.name(pid) for pid in self.ids}
+
+    def names(self) -> dict[str, tuple[str, ...]]:
+        """Every persona's names (display name and aliases; none until it registers): who a message addresses."""
+        infos = self._infos  # one snapshot for the whole answer
+        return {pid: infos[pid].names if pid in infos else () for pid in self.ids}
+
+    def persona_of_platform_user(self, platform_user_id: str) -> str | None:
+        """The persona whose platform account this is, if any."""
+        return next((i.id for i in self._infos.values() if i.platform_user_id == platform_user_id), None)
+
+    def views(self) -> wire.PersonaList:
+        """Every persona with a token here, as registered (or by its id until it registers)."""
+        return wire.PersonaList(personas=[persona_view(self.info(pid)) for pid in sorted(self.ids)])
+
+    def update(self, infos: Iterable[PersonaInfo]) -> None:
+        self._infos = MappingProxyType({**self._infos, **{info.id: info for info in infos}})
+
+    def on_event(self, event: Event) -> None:
+        """Keep current, also when another arbiter process registered the persona."""
+        if isinstance(event, PersonaEvent):
+            self.update(
+                [PersonaInfo(event.id, event.display_name, tuple(event.aliases), event.color, event.platform_user_id)]
+            )

@@ -1,0 +1,92 @@
+"""The plumbing every part of ``ArbiterService`` shares: a step on a channel's locked state in the writer, a
+transition committed with the events it makes, and reading a channel's state."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, TypeVar
+
+from arbiter.core.errors import NotFound
+from arbiter.core.models import ChannelSettings
+from arbiter.core.validation import validate_settings
+from arbiter.registry import PersonaRegistry
+from arbiter.storage import repository as repo
+from arbiter.views import transition_events
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection, Sequence
+
+    from arbiter.core.models import ChannelState, Message
+    from arbiter.core.rules import Transition
+    from arbiter.storage.database import Database
+    from arbiter.storage.writer import BatchWriter, Clock, WriteTx
+
+__all__ = ("ServiceCore",)
+
+T = TypeVar("T")
+
+
+class ServiceCore:
+    """What every part of the service shares: the database, the writer, the clock, the personas, the defaults;
+    running a step on a channel's locked state, and committing a transition with its events."""
+
+    def __init__(
+        self,
+        database: Database,
+        writer: BatchWriter,
+        *,
+        clock: Clock,
+        new_id: Callable[[], str],
+        personas: Collection[str] = (),
+        default_settings: ChannelSettings | None = None,
+        wants_events: Callable[[str], bool] | None = None,
+    ) -> None:
+        """``wants_events(channel_id)``: whether anyone will hear that channel's events; building them is skipped
+        when no one will (the common case on one SQLite process with no open streams). None: always build them
+        (other arbiter processes may be listening)."""
+        self._database = database
+        self._writer = writer
+        self._clock = clock
+        self._new_id = new_id
+        self._wants_events = wants_events
+        self.registry = PersonaRegistry(personas)
+        self._defaults = default_settings or ChannelSettings()
+        validate_settings(self._defaults)
+
+    def now(self) -> float:
+        return self._clock()
+
+    # --- plumbing ---------------------------------------------------------------------------------------
+
+    async def _change(
+        self, channel_id: str, step: Callable[[WriteTx, ChannelState], T], spend_ids: Sequence[str] = ()
+    ) -> T:
+        """Run ``step`` on the channel's locked state in the writer. Steps are synchronous (see storage.writer)."""
+
+        def run(tx: WriteTx) -> T:
+            state = tx.channel(channel_id, spend_ids=spend_ids)
+            if state is None:
+                raise NotFound(f"unknown channel {channel_id}", field="channel_id", code="unknown_channel")
+            return step(tx, state)
+
+        return await self._writer.run(run, (channel_id,))
+
+    def _commit(self, tx: WriteTx, before: ChannelState, transition: Transition) -> None:
+        if transition.changed:
+            tx.apply(transition)
+            if self._wants_events is None or self._wants_events(before.channel_id):
+                tx.emit(*transition_events(transition, before, tx.now()))
+
+    async def _read_state(self, channel_id: str, now: float) -> ChannelState:
+        state = self._writer.cached(channel_id)
+        if state is not None:
+            return state
+        state = await self._database.read(repo.load_channel, channel_id, now)
+        if state is None:
+            raise NotFound(f"unknown channel {channel_id}", field="channel_id", code="unknown_channel")
+        return state
+
+    def _message(self, tx: WriteTx, channel_id: str, seq: int) -> Message:
+        message = tx.message(channel_id, seq)
+        if message is None:
+            raise NotFound(f"no message {seq} in channel {channel_id}", field="seq", code="unknown_message")
+        return message
