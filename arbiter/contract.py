@@ -24,6 +24,7 @@ from pydantic import (
     TypeAdapter,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
@@ -35,10 +36,11 @@ if TYPE_CHECKING:
 
 # How lengths are measured is part of the contract (a tier's max_length is in these units), so clients get the
 # very functions the arbiter checks with.
-from arbiter.core.text import display_length, trim_to_length
+from arbiter.core.text import display_length, estimate_tokens, trim_to_length
 
 __all__ = (
     "EVENT_MODELS",
+    "MAX_MEMORY_TOKENS",
     "ArbiterEvent",
     "AuthorKind",
     "ChannelList",
@@ -50,6 +52,7 @@ __all__ = (
     "ClearedEvent",
     "ConsumeRequest",
     "DeletedEvent",
+    "DialogueState",
     "EditRequest",
     "EditedEvent",
     "ErrorBody",
@@ -59,6 +62,10 @@ __all__ = (
     "Id",
     "LevelEvent",
     "LinkRequest",
+    "MemoryEvent",
+    "MemoryList",
+    "MemoryUpdate",
+    "MemoryView",
     "MessageEvent",
     "MessageView",
     "Name",
@@ -71,6 +78,7 @@ __all__ = (
     "PersonaView",
     "RefundView",
     "RefusalReason",
+    "ReleaseRequest",
     "ReleaseResult",
     "RetractResult",
     "RetractedEvent",
@@ -80,6 +88,7 @@ __all__ = (
     "SettingsView",
     "SpeakRequest",
     "SpeakResult",
+    "SpeakerNote",
     "SpendState",
     "StatusView",
     "Text",
@@ -91,6 +100,8 @@ __all__ = (
     "UsageResult",
     "Verdict",
     "display_length",
+    "estimate_tokens",
+    "memory_tokens",
     "parse_event",
     "trim_to_length",
 )
@@ -187,6 +198,63 @@ class _Out(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
+# --- memory: a persona's dialogue state ----------------------------------------------------------------
+# Each persona keeps, per channel, what it knows of the conversation from its own point of view (after the
+# multi-agent dialogue-state tracking paper this project follows): an overall state and a short note per speaker.
+# Its one decision call returns the state updated with the messages since; the arbiter stores it with the speech
+# or the release that ends the turn. A cap in tokens keeps every prompt the same size however long the talk runs.
+
+MAX_MEMORY_TOKENS = 400
+"""The most a dialogue state may take, in tokens as ``estimate_tokens`` counts them."""
+MAX_MEMORY_ITEMS = 8  # open questions, or things agreed
+MAX_MEMORY_SPEAKERS = 12
+_MEMORY_LINE = 300  # characters of one item or note
+
+MemoryLine = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=_MEMORY_LINE), NoNul]
+
+
+class SpeakerNote(_In):
+    """What one speaker (a person or a persona) cares about and said they would do, as the persona sees it."""
+
+    name: Name
+    note: MemoryLine
+
+
+class DialogueState(_In):
+    """A persona's notes on a channel's conversation: what it is about now, the questions still open, what was
+    agreed, and a short note per speaker. Bounded item by item and, as a whole, by ``MAX_MEMORY_TOKENS``."""
+
+    topic: Annotated[str, StringConstraints(strip_whitespace=True, max_length=_MEMORY_LINE), NoNul] = ""
+    open_questions: list[MemoryLine] = Field(default_factory=list, max_length=MAX_MEMORY_ITEMS)
+    agreed: list[MemoryLine] = Field(default_factory=list, max_length=MAX_MEMORY_ITEMS)
+    speakers: list[SpeakerNote] = Field(default_factory=list, max_length=MAX_MEMORY_SPEAKERS)
+
+    @model_validator(mode="after")
+    def _within_the_cap(self) -> DialogueState:
+        tokens = memory_tokens(self)
+        if tokens > MAX_MEMORY_TOKENS:
+            raise PydanticCustomError(
+                "memory_too_large",
+                "the state takes about {tokens} tokens, more than the cap of {cap}: drop what is stale",
+                {"tokens": tokens, "cap": MAX_MEMORY_TOKENS},
+            )
+        return self
+
+
+def memory_tokens(state: DialogueState) -> int:
+    """About how many tokens the state takes in a prompt (each part as its text, with a little for its framing)."""
+    parts = [state.topic, *state.open_questions, *state.agreed]
+    parts += [f"{speaker.name}: {speaker.note}" for speaker in state.speakers]
+    return sum(estimate_tokens(part) + 2 for part in parts if part)
+
+
+class MemoryUpdate(_In):
+    """A persona's new dialogue state, and the last history seq it takes into account."""
+
+    seq: Seq = Field(description="the newest message the state takes into account")
+    state: DialogueState
+
+
 # --- requests -------------------------------------------------------------------------------------------
 
 
@@ -227,6 +295,13 @@ class SpeakRequest(_In):
     tier: Tier | None = Field(None, description="defaults to the claim's tier")
     based_on_seq: Seq | None = None
     persona: Id | None = None
+    memory: MemoryUpdate | None = Field(None, description="the persona's dialogue state, stored if it speaks")
+
+
+class ReleaseRequest(_In):
+    """Give a claim back (a pass). The body is optional."""
+
+    memory: MemoryUpdate | None = Field(None, description="the persona's dialogue state, stored with the release")
 
 
 class ObservedMessage(_In):
@@ -493,6 +568,20 @@ class PersonaList(_Out):
     personas: list[PersonaInfoView]
 
 
+class MemoryView(_Out):
+    """A persona's dialogue state in a channel, and the last history seq it takes into account."""
+
+    channel_id: str
+    persona: str
+    seq: int
+    state: DialogueState
+    updated_at: float
+
+
+class MemoryList(_Out):
+    memories: list[MemoryView]
+
+
 class ChannelSummary(_Out):
     channel_id: str
     enabled: bool
@@ -593,8 +682,25 @@ class ClearedEvent(_Out):
     last_seq: int
 
 
+class MemoryEvent(_Out):
+    """A persona's dialogue state here changed (``memory``), or was reset (``memory`` null)."""
+
+    type: Literal["memory"] = "memory"
+    channel_id: str
+    persona: str
+    memory: MemoryView | None
+
+
 ArbiterEvent: TypeAlias = Annotated[
-    MessageEvent | LevelEvent | ClaimEvent | RetractedEvent | EditedEvent | DeletedEvent | SettingsEvent | ClearedEvent,
+    MessageEvent
+    | LevelEvent
+    | ClaimEvent
+    | RetractedEvent
+    | EditedEvent
+    | DeletedEvent
+    | SettingsEvent
+    | ClearedEvent
+    | MemoryEvent,
     Field(discriminator="type"),
 ]
 """Any frame of the event stream. A ``match`` over it that ends in ``assert_never`` handles every kind."""

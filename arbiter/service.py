@@ -3,7 +3,8 @@
 The HTTP API, the moderators' slash commands and the local room all call these methods: one code path.
 Changes run through the BatchWriter (one locked transaction per batch); reads go straight to the database. The
 service is assembled from its parts: the shared plumbing (``service_core``), observing the platform (``intake``)
-and administering channels (``administration``); speaking and reading are here.
+administering channels (``administration``) and the personas' memories (``memories``); speaking and reading are
+here.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from arbiter.core.errors import InvalidRequest
 from arbiter.core.models import Message, PersonaInfo, SpendState, Tier
 from arbiter.events import PersonaEvent
 from arbiter.intake import IntakeMark, PlatformIntake
+from arbiter.memories import PersonaMemory
 from arbiter.storage import repository as repo
 from arbiter.views import (
     claim_result,
@@ -44,9 +46,10 @@ def _nothing(_tx: WriteTx) -> None:
     """A step that changes nothing: run through the writer, it returns once every step queued before it has."""
 
 
-class ArbiterService(PlatformIntake, ChannelAdministration):
+class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
     """Turn-taking for every channel: what personas and agents spend and say, what they read, what the platform
-    shows (``PlatformIntake``), and what admins set (``ChannelAdministration``)."""
+    shows (``PlatformIntake``), what admins set (``ChannelAdministration``) and what each persona remembers of a
+    conversation (``PersonaMemory``)."""
 
     # --- speaking ---------------------------------------------------------------------------------------
 
@@ -95,7 +98,10 @@ class ArbiterService(PlatformIntake, ChannelAdministration):
         *,
         tier: Tier | None = None,
         based_on_seq: int | None = None,
+        memory: wire.MemoryUpdate | None = None,
     ) -> wire.SpeakResult:
+        """Speak on a claim. ``memory``: the persona's new dialogue state, stored with the message if it is granted
+        (a refused persona gives its claim back, and its state with it)."""
         self.registry.require(persona_id)
 
         def step(tx: WriteTx, state: ChannelState) -> wire.SpeakResult:
@@ -103,10 +109,13 @@ class ArbiterService(PlatformIntake, ChannelAdministration):
             replay = self._replayed_speech(tx, state, persona_id, claim_id, text=text)
             if replay is not None:
                 return speak_result(state, now, replay)
+            self._check_memory(state, memory)
             transition = rules.speak(
                 state, self.registry.author(persona_id), claim_id, text, now, tier=tier, based_on_seq=based_on_seq
             )
             self._commit(tx, state, transition)
+            if isinstance(transition.outcome, rules.SpeechGranted):
+                self._store_memory(tx, channel_id, persona_id, memory)
             return speak_result(transition.state, now, transition.outcome)
 
         return await self._change(channel_id, step, spend_ids=[claim_id])
@@ -126,13 +135,18 @@ class ArbiterService(PlatformIntake, ChannelAdministration):
             return None
         return rules.SpeechGranted(spend, message)
 
-    async def release(self, channel_id: str, persona_id: str, claim_id: str) -> wire.ReleaseResult:
+    async def release(
+        self, channel_id: str, persona_id: str, claim_id: str, *, memory: wire.MemoryUpdate | None = None
+    ) -> wire.ReleaseResult:
+        """Give a claim back (a pass); ``memory``, the persona's new dialogue state, is stored with it."""
         self.registry.require(persona_id)
 
         def step(tx: WriteTx, state: ChannelState) -> wire.ReleaseResult:
             now = tx.now()
+            self._check_memory(state, memory)
             transition = rules.release(state, persona_id, claim_id, now)
             self._commit(tx, state, transition)
+            self._store_memory(tx, channel_id, persona_id, memory)
             return release_result(transition.state, now, transition.outcome)
 
         return await self._change(channel_id, step, spend_ids=[claim_id])

@@ -17,13 +17,14 @@ from arbiter.core.models import SETTINGS
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from arbiter.core.models import ChannelSettings, ChannelState, Message, PersonaInfo, Spend
+    from arbiter.core.models import ChannelSettings, ChannelState, Memory, Message, PersonaInfo, Spend
     from arbiter.core.rules import Outcome, Transition
 
 __all__ = (
     "claim_result",
     "claim_view",
     "level_event",
+    "memory_view",
     "message_view",
     "next_refund",
     "persona_view",
@@ -48,6 +49,16 @@ def message_view(message: Message) -> wire.MessageView:
         cost=message.cost,
         platform_message_id=message.platform_message_id,
         addressed=list(message.addressed),
+    )
+
+
+def memory_view(memory: Memory) -> wire.MemoryView:
+    return wire.MemoryView(
+        channel_id=memory.channel_id,
+        persona=memory.persona_id,
+        seq=memory.seq,
+        state=wire.DialogueState.model_validate(memory.state),
+        updated_at=memory.updated_at,
     )
 
 

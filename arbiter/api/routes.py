@@ -160,13 +160,33 @@ async def _speak(call: Call) -> BaseModel:
     body: wire.SpeakRequest = call.body
     assert call.persona is not None
     return await call.service.speak(
-        call.channel_id, call.persona, call.path("claim_id"), body.text, tier=body.tier, based_on_seq=body.based_on_seq
+        call.channel_id,
+        call.persona,
+        call.path("claim_id"),
+        body.text,
+        tier=body.tier,
+        based_on_seq=body.based_on_seq,
+        memory=body.memory,
     )
 
 
 async def _release(call: Call) -> BaseModel:
+    body: wire.ReleaseRequest = call.body
     assert call.persona is not None
-    return await call.service.release(call.channel_id, call.persona, call.path("claim_id"))
+    return await call.service.release(call.channel_id, call.persona, call.path("claim_id"), memory=body.memory)
+
+
+async def _memories(call: Call) -> BaseModel:
+    # A persona reads its own notes only: they are written from its point of view, about the people here.
+    return await call.service.memories(call.channel_id, call.persona)
+
+
+async def _reset_memories(call: Call) -> None:
+    await call.service.reset_memory(call.channel_id)
+
+
+async def _reset_memory(call: Call) -> None:
+    await call.service.reset_memory(call.channel_id, call.path("persona_id"))
 
 
 async def _status(call: Call) -> BaseModel:
@@ -268,7 +288,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("POST", f"{CH}/claims/{{claim_id}}/speak", "Speak on a claim (same or cheaper tier)", Access.PERSONA,
              _speak, body=wire.SpeakRequest, response=wire.SpeakResult),
     Endpoint("DELETE", f"{CH}/claims/{{claim_id}}", "Release a claim (pass): full refund at once", Access.PERSONA,
-             _release, response=wire.ReleaseResult),
+             _release, body=wire.ReleaseRequest, response=wire.ReleaseResult),
     Endpoint("GET", f"{CH}/status", "The pool, the tiers and the caller's standing", Access.ANY, _status,
              response=wire.StatusView),
     Endpoint("GET", f"{CH}/history", "Messages after a seq, oldest first", Access.ANY, _history,
@@ -299,8 +319,14 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              body=wire.SettingsPatch, response=wire.SettingsView, tag="admin"),
     Endpoint("PUT", f"{CH}/personas/{{persona_id}}", "Enable, disable, mute or unmute a persona here",
              Access.ADMIN, _set_persona, body=wire.PersonaPolicyPatch, response=wire.SettingsView, tag="admin"),
-    Endpoint("DELETE", f"{CH}/history", "Clear the channel's history", Access.ADMIN, _clear_history,
-             status=204, tag="admin"),
+    Endpoint("DELETE", f"{CH}/history", "Clear the channel's history (and the personas' memories of it)",
+             Access.ADMIN, _clear_history, status=204, tag="admin"),
+    Endpoint("GET", f"{CH}/memory", "The personas' dialogue states here (a persona: its own)", Access.ANY,
+             _memories, response=wire.MemoryList, tag="memory"),
+    Endpoint("DELETE", f"{CH}/memory", "Reset every persona's dialogue state here", Access.ADMIN, _reset_memories,
+             status=204, tag="memory"),
+    Endpoint("DELETE", f"{CH}/memory/{{persona_id}}", "Reset one persona's dialogue state here", Access.ADMIN,
+             _reset_memory, status=204, tag="memory"),
 )  # fmt: skip
 
 

@@ -27,6 +27,7 @@ __all__ = (
     "ChannelSettings",
     "ChannelState",
     "Declared",
+    "Memory",
     "Message",
     "PersonaInfo",
     "PersonaPolicy",
@@ -224,6 +225,18 @@ class PersonaInfo:
     @property
     def names(self) -> tuple[str, ...]:
         return (self.display_name, *self.aliases)
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """A persona's dialogue state in a channel. The core does not read the state itself (the personas write it,
+    the API checks its shape); it only keeps the newest: ``seq`` is the last message it takes into account."""
+
+    channel_id: str
+    persona_id: str
+    seq: int
+    state: Mapping[str, object]
+    updated_at: float
 
 
 @dataclass(frozen=True, slots=True)

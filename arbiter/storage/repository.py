@@ -22,6 +22,7 @@ from arbiter.core.models import (
     AuthorKind,
     ChannelSettings,
     ChannelState,
+    Memory,
     Message,
     PersonaInfo,
     PersonaPolicy,
@@ -32,7 +33,7 @@ from arbiter.core.models import (
     TierRule,
 )
 from arbiter.storage.database import sqlite_driver_execute, sqlite_driver_query
-from arbiter.storage.tables import ChannelRow, MessageRow, PersonaRow, SpendRow, UsageRow
+from arbiter.storage.tables import ChannelRow, MemoryRow, MessageRow, PersonaRow, SpendRow, UsageRow
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Sequence
@@ -44,17 +45,20 @@ __all__ = (
     "add_usage",
     "channel_ids",
     "delete_history",
+    "delete_memories",
     "history",
     "insert_channel",
     "insert_messages",
     "insert_spends",
     "load_channel",
     "load_channels",
+    "load_memories",
     "message",
     "message_by_platform_id",
     "persona_infos",
     "recent_platform_ids",
     "save_channels",
+    "save_memory",
     "spends_by_id",
     "update_messages",
     "update_spends",
@@ -67,6 +71,7 @@ spends: Table = SpendRow.__table__  # type: ignore[assignment]
 messages: Table = MessageRow.__table__  # type: ignore[assignment]
 token_usage: Table = UsageRow.__table__  # type: ignore[assignment]
 personas: Table = PersonaRow.__table__  # type: ignore[assignment]
+memories: Table = MemoryRow.__table__  # type: ignore[assignment]
 
 ChannelSummary = tuple[str, bool, int]  # id, enabled, last_seq
 
@@ -552,6 +557,36 @@ def persona_infos(conn: Connection) -> list[PersonaInfo]:
         )
         for row in rows
     ]
+
+
+# --- memories --------------------------------------------------------------------------------------------
+
+
+def save_memory(conn: Connection, memory: Memory) -> bool:
+    """Store a persona's dialogue state unless the one stored covers a newer message (two workers of one persona,
+    or a late write, never take it back). Whether it was stored."""
+    values = {"seq": memory.seq, "state": dict(memory.state), "updated_at": memory.updated_at}
+    statement = _upsert(conn, memories).values(channel_id=memory.channel_id, persona_id=memory.persona_id, **values)
+    statement = statement.on_conflict_do_update(
+        index_elements=["channel_id", "persona_id"], set_=values, where=memories.c.seq <= statement.excluded.seq
+    )
+    return conn.execute(statement).rowcount == 1
+
+
+def load_memories(conn: Connection, channel_id: str, persona_id: str | None = None) -> list[Memory]:
+    """The channel's dialogue states by persona id (or only ``persona_id``'s)."""
+    query = select(memories).where(memories.c.channel_id == channel_id).order_by(memories.c.persona_id)
+    if persona_id is not None:
+        query = query.where(memories.c.persona_id == persona_id)
+    return [Memory(row.channel_id, row.persona_id, row.seq, row.state, row.updated_at) for row in conn.execute(query)]
+
+
+def delete_memories(conn: Connection, channel_id: str, persona_id: str | None = None) -> list[str]:
+    """Forget the channel's dialogue states (or only ``persona_id``'s); the personas whose state was deleted."""
+    statement = delete(memories).where(memories.c.channel_id == channel_id)
+    if persona_id is not None:
+        statement = statement.where(memories.c.persona_id == persona_id)
+    return sorted(row.persona_id for row in conn.execute(statement.returning(memories.c.persona_id)))
 
 
 def count_messages(conn: Connection, channel_id: str) -> int:

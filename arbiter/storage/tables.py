@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 from sqlalchemy import JSON, BigInteger, Double, Index, Integer, MetaData, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ("Base", "ChannelRow", "MessageRow", "PersonaRow", "SpendRow", "UsageRow")
+__all__ = ("Base", "ChannelRow", "MemoryRow", "MessageRow", "PersonaRow", "SpendRow", "UsageRow")
 
 ID = String(64)
 
@@ -126,3 +126,16 @@ class PersonaRow(Base):
     updated_at: Mapped[float]
     color: Mapped[str | None] = mapped_column(String(7))
     platform_user_id: Mapped[str | None] = mapped_column(String(64))
+
+
+class MemoryRow(Base):
+    """A persona's dialogue state in a channel: its notes on the conversation (JSON, as the API's DialogueState),
+    and ``seq``, the last message they take into account. Deleted with the channel's history."""
+
+    __tablename__ = "memories"
+
+    channel_id: Mapped[str] = mapped_column(ID, primary_key=True)
+    persona_id: Mapped[str] = mapped_column(ID, primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger)
+    state: Mapped[dict[str, Any]]
+    updated_at: Mapped[float]

@@ -116,10 +116,17 @@ async def test_the_event_stream_yields_each_kind_as_its_model(live: Live, aoi: A
     assert spoken.message is not None, spoken
     await live.service.retract(CHANNEL, "aoi", spoken.message.seq)
     await live.service.update_settings(CHANNEL, {"topic": "udon"})
+    claimed = await live.service.claim(CHANNEL, "aoi", Tier.REMARK)
+    assert claimed.claim is not None, claimed
+    notes = wire.MemoryUpdate(seq=spoken.message.seq, state=wire.DialogueState(topic="udon"))
+    await live.service.release(CHANNEL, "aoi", claimed.claim.claim_id, memory=notes)
     await live.service.clear_history(CHANNEL)
     await asyncio.wait_for(following, 5)
 
     assert {type(event) for event in seen} == set(wire.EVENT_MODELS)
+    [remembered] = [e for e in seen if isinstance(e, wire.MemoryEvent)]
+    assert remembered.memory is not None
+    assert (remembered.persona, remembered.memory.seq, remembered.memory.state.topic) == ("aoi", notes.seq, "udon")
     assert [e.message.text for e in seen if isinstance(e, wire.MessageEvent)] == ["typo hre", "A post that will fail."]
     assert [(e.message.seq, e.message.text) for e in seen if isinstance(e, wire.EditedEvent)] == [
         (said.seq, "typo here")
@@ -129,6 +136,8 @@ async def test_the_event_stream_yields_each_kind_as_its_model(live: Live, aoi: A
     assert [e.claim.state for e in seen if isinstance(e, wire.ClaimEvent)] == [
         wire.SpendState.SPOKEN,
         wire.SpendState.RETRACTED,
+        wire.SpendState.HELD,
+        wire.SpendState.RELEASED,
     ]
     assert [e.settings.topic for e in seen if isinstance(e, wire.SettingsEvent)] == ["udon"]
     assert [e.last_seq for e in seen if isinstance(e, wire.ClearedEvent)] == [spoken.message.seq]

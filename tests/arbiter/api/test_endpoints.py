@@ -187,6 +187,38 @@ async def test_clear_history_empties_it_and_seq_keeps_counting(api: Api) -> None
     assert [m["seq"] for m in (await api.history())["messages"]] == [4]
 
 
+# --- memories -------------------------------------------------------------------------------------------
+# The details (bounds, the newest kept, restarts, several processes) are in test_memory.py and test_memories.py.
+
+
+async def _pass_with_notes(api: Api, persona: str, topic: str) -> int:
+    seq = int((await api.observe(f"what do you think, {persona}?"))["seq"])
+    claim = (await api.claim(persona, "remark"))["claim"]
+    state = {"topic": topic, "open_questions": [], "agreed": [], "speakers": []}
+    await api.call("DELETE", f"{CH}/claims/{claim['claim_id']}", persona, json={"memory": {"seq": seq, "state": state}})
+    return seq
+
+
+async def test_memory_lists_the_notes_the_personas_kept(api: Api) -> None:
+    seq = await _pass_with_notes(api, "hana", "tea")
+    found = await api.call("GET", f"{CH}/memory", "admin")
+    assert [(m["persona"], m["seq"], m["state"]["topic"]) for m in found["memories"]] == [("hana", seq, "tea")]
+
+
+async def test_reset_memory_forgets_every_persona_s_notes(api: Api) -> None:
+    await _pass_with_notes(api, "hana", "tea")
+    await _pass_with_notes(api, "kai", "cake")
+    assert await api.call("DELETE", f"{CH}/memory", "admin", expect=204) is None
+    assert (await api.call("GET", f"{CH}/memory", "admin"))["memories"] == []
+
+
+async def test_reset_memory_of_one_persona_keeps_the_others(api: Api) -> None:
+    await _pass_with_notes(api, "hana", "tea")
+    await _pass_with_notes(api, "kai", "cake")
+    assert await api.call("DELETE", f"{CH}/memory/hana", "admin", expect=204) is None
+    assert [m["persona"] for m in (await api.call("GET", f"{CH}/memory", "admin"))["memories"]] == ["kai"]
+
+
 # --- status ---------------------------------------------------------------------------------------------
 
 
@@ -802,4 +834,7 @@ COVERED: dict[tuple[str, str], object] = {
     ("PATCH", "/v1/channels/{channel_id}/settings"): test_patch_settings_changes_only_the_fields_given,
     ("PUT", "/v1/channels/{channel_id}/personas/{persona_id}"): test_disabled_persona_is_refused_and_sees_it_in_status,
     ("DELETE", "/v1/channels/{channel_id}/history"): test_clear_history_empties_it_and_seq_keeps_counting,
+    ("GET", "/v1/channels/{channel_id}/memory"): test_memory_lists_the_notes_the_personas_kept,
+    ("DELETE", "/v1/channels/{channel_id}/memory"): test_reset_memory_forgets_every_persona_s_notes,
+    ("DELETE", "/v1/channels/{channel_id}/memory/{persona_id}"): test_reset_memory_of_one_persona_keeps_the_others,
 }

@@ -215,7 +215,12 @@ async def test_real_responses_match_their_documented_schemas(api: Api, document:
     seq = spoken["message"]["seq"]
     await call("PUT", f"{CH}/messages/{seq}/platform-id", "kai", json={"platform_message_id": "d-1"})
     again = await call("POST", f"{CH}/claims", "hana", json={"tier": "aizuchi"})
-    await call("DELETE", f"{CH}/claims/{again['claim']['claim_id']}", "hana")
+    notes = {"topic": "Kaito's plans", "open_questions": [], "agreed": [], "speakers": [{"name": "Yuki", "note": "?"}]}
+    release = {"memory": {"seq": seq, "state": notes}}
+    await call("DELETE", f"{CH}/claims/{again['claim']['claim_id']}", "hana", json=release)
+    await call("GET", f"{CH}/memory", "hana")
+    await call("DELETE", f"{CH}/memory/hana", "admin", expect=204)
+    await call("DELETE", f"{CH}/memory", "admin", expect=204)
     nod = await call("POST", f"{CH}/consume", "hana", json={"text": "ooh", "amount": 5})
     await call("POST", f"{CH}/messages/{nod['message']['seq']}/retract", "hana")
     await call("POST", f"{CH}/usage", "hana", json={"prompt_tokens": 10, "completion_tokens": 2})

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from arbiter.core.text import display_length, trim_to_length
+from arbiter.core.text import display_length, estimate_tokens, trim_to_length
 
 
 @pytest.mark.parametrize(
@@ -107,3 +107,18 @@ def test_trim_never_exceeds_the_limit(text: str, limit: int) -> None:
         # What is kept is the start of the text, marked as cut.
         assert trimmed.endswith("…")
         assert text.startswith(trimmed[:-1])
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens"),
+    [
+        ("", 0),
+        ("tea", 1),  # a short word is one token
+        ("Who brings the tea?", 5),  # 19 characters, about four per token
+        ("お茶は誰が持ってくる？", 11),  # a token per wide character
+        ("Yuki: お茶", 4),  # 6 narrow (1.5) and 2 wide, rounded up
+        ("café", 1),  # a narrow accented letter counts like any narrow one
+    ],
+)
+def test_estimate_tokens_counts_four_narrow_characters_or_one_wide_one_per_token(text: str, tokens: int) -> None:
+    assert estimate_tokens(text) == tokens
