@@ -80,8 +80,16 @@ class ArbiterClient:
     async def speak(self, channel_id: str, claim_id: str, request: wire.SpeakRequest) -> wire.SpeakResult:
         return await self._expect("POST", self._url(channel_id, f"/claims/{claim_id}/speak"), wire.SpeakResult, request)
 
-    async def release(self, channel_id: str, claim_id: str) -> wire.ReleaseResult:
-        return await self._expect("DELETE", self._url(channel_id, f"/claims/{claim_id}"), wire.ReleaseResult)
+    async def release(
+        self, channel_id: str, claim_id: str, memory: wire.MemoryUpdate | None = None
+    ) -> wire.ReleaseResult:
+        body = None if memory is None else wire.ReleaseRequest(memory=memory)
+        return await self._expect("DELETE", self._url(channel_id, f"/claims/{claim_id}"), wire.ReleaseResult, body)
+
+    async def memory(self, channel_id: str) -> wire.MemoryUpdate | None:
+        """The persona's own dialogue state here, as the arbiter keeps it (None before it has one)."""
+        found = await self._expect("GET", self._url(channel_id, "/memory"), wire.MemoryList)
+        return next((wire.MemoryUpdate(seq=m.seq, state=m.state) for m in found.memories), None)
 
     async def consume(self, channel_id: str, request: wire.ConsumeRequest) -> wire.SpeakResult:
         return await self._expect("POST", self._url(channel_id, "/consume"), wire.SpeakResult, request)

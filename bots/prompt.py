@@ -1,10 +1,12 @@
-"""The words sent to the model: who the persona is, the rules of the room, and the recent conversation. Pure.
+"""The words sent to the model: who the persona is, the rules of the room, its notes and the recent conversation.
+Pure.
 
 The conversation goes in as one transcript inside a single user turn: several people talk here, and
-chat APIs only know "user" and "assistant". Each line names its speaker and what they are - a person, another
-persona, another bot, or the persona itself - and the turn ends with the message to reply to, quoted: the
-question when the persona was asked one. A fixed window of recent messages keeps every prompt the same size
-however long the conversation runs.
+chat APIs only know "user" and "assistant". The persona's notes (its dialogue state, :mod:`bots.memory`) come
+first, then the messages since them (or the last few, for context), each line naming its speaker and what they
+are - a person, another persona, another bot, or the persona itself - and the turn ends with the message to
+reply to, quoted: the question when the persona was asked one. Notes of bounded size and a bounded number of
+messages keep every prompt the same size however long the conversation runs.
 
 Lengths are stated in the arbiter's unit, display columns, in the same words everywhere
 (:func:`bots.llm.base.length_limit`, :data:`bots.llm.base.COLUMNS_NOTE`).
@@ -17,11 +19,12 @@ from typing import TYPE_CHECKING
 from arbiter.contract import AuthorKind, Tier
 from bots.kinds import Kind, message_kind
 from bots.llm.base import COLUMNS_NOTE, Turn, length_limit
+from bots.memory import MEMORY_GUIDE, notes_lines
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from arbiter.contract import MessageView, StatusView
+    from arbiter.contract import MemoryUpdate, MessageView, StatusView
     from bots.persona import Persona
 
 __all__ = (
@@ -40,8 +43,12 @@ SPEAKER_MARKS = {AuthorKind.HUMAN: "person", AuthorKind.PERSONA: "persona", Auth
 _OWN_MARK = "you"
 # A quoted message longer than this is cut (it is in the transcript above in full).
 _QUOTE_CHARS = 280
-# At most this many of the persona's own earlier lines are listed to keep clear of.
-_OWN_LINES = 30  # as many as the runtime checks before posting (bots.runtime.OWN_LINES)
+# At most this many of the persona's own earlier lines are listed to keep clear of (the runtime checks its last 30
+# before posting, bots.runtime.OWN_LINES; the notes carry what it said beyond these).
+_OWN_LINES = 10
+NOTES_HEADER = "Your notes on this conversation, as you kept them (they take in every message before the new ones):"
+NO_NOTES = "You have no notes on this conversation yet: start them from the messages below."
+NEW_SINCE_NOTES = "- new since your notes -"
 
 _TIER_GUIDE = {
     "pass": "say nothing this time - right when you have nothing to add or someone else should speak",
@@ -68,7 +75,9 @@ def persona_prompt(persona: Persona) -> str:
     )
 
 
-def rules_prompt(persona: Persona, actions: Sequence[str], max_lengths: Mapping[str, int], topic: str) -> str:
+def rules_prompt(
+    persona: Persona, actions: Sequence[str], max_lengths: Mapping[str, int], topic: str, *, keeps_notes: bool = False
+) -> str:
     def guide(action: str) -> str:
         line = f"- {action}: {_TIER_GUIDE[action]}"
         if action in max_lengths:
@@ -90,6 +99,8 @@ def rules_prompt(persona: Persona, actions: Sequence[str], max_lengths: Mapping[
         "Plain text only: no markdown, no quotation marks around your words, no name prefix, and never @-mention "
         "anyone."
     )
+    if keeps_notes:
+        lines.append(MEMORY_GUIDE)
     if topic:
         lines.append(f"The moderators set the topic: {topic}")
     return "\n".join(lines)
@@ -130,17 +141,35 @@ def _cue(persona: Persona, window: Sequence[MessageView], status: StatusView) ->
 
 
 def transcript_turn(
-    persona: Persona, window: Sequence[MessageView], status: StatusView, own_lines: Sequence[str] = ()
+    persona: Persona,
+    window: Sequence[MessageView],
+    status: StatusView,
+    own_lines: Sequence[str] = (),
+    *,
+    memory: MemoryUpdate | None = None,
+    keeps_notes: bool = False,
 ) -> Turn:
-    """The conversation as one user turn: the transcript, oldest first, and the message to reply to.
+    """The conversation as one user turn: the persona's notes, the transcript, oldest first, and the message to
+    reply to.
 
     ``own_lines``: the persona's own recent lines (oldest first), from before the window; the latest few not in
-    the window are listed so that it says something else.
+    the window are listed so that it says something else. ``memory``: its notes and the last message they take in;
+    ``keeps_notes``: whether it is asked to keep notes (then it is told it has none yet when ``memory`` is None).
+    Messages the notes already take in are marked apart from the new ones.
     """
     lines = [f"[{_speaker(m, persona)}] {_one_line(m.text)}" for m in window]
+    if memory is not None:
+        new = next((index for index, m in enumerate(window) if m.seq > memory.seq), len(window))
+        if 0 < new < len(window):
+            lines.insert(new, NEW_SINCE_NOTES)
     in_window = {m.text for m in window}
     earlier = [line for line in own_lines if line not in in_window][-_OWN_LINES:]
-    parts = [
+    parts: list[str] = []
+    if memory is not None:
+        parts += [NOTES_HEADER, *notes_lines(memory.state), ""]
+    elif keeps_notes:
+        parts += [NO_NOTES, ""]
+    parts += [
         "Recent conversation, oldest first. Each speaker is marked (person), (persona: an AI like you), (bot) or "
         "(you):",
         *lines,

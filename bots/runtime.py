@@ -25,6 +25,7 @@ from arbiter import contract as wire
 from arbiter.contract import Tier
 from bots.errors import ArbiterRejected, ArbiterUnavailable, BotError, PostFailed
 from bots.llm.base import DecisionRequest, DecisionResult, LLMBadOutput, LLMError, LLMRateLimited, LLMTimeout, Usage
+from bots.memory import MEMORY_SCHEMA, fit_state
 from bots.planner import anchor, plan_turn
 from bots.platforms.base import Posted
 from bots.prompt import persona_prompt, rules_prompt, transcript_turn
@@ -50,7 +51,11 @@ _ARRIVAL_READ = 100
 
 @dataclass(frozen=True, slots=True)
 class RuntimeConfig:
-    window: int = 16  # recent messages the model sees
+    # What the model sees of the conversation besides its notes: the messages since the notes, at most ``window``
+    # (a persona silent for long folds that many in one go; older ones it never saw are gone for it), and at least
+    # the last ``recent``, for context.
+    window: int = 24
+    recent: int = 8
     base_delay_s: float = 1.5  # how long a persona of average temperament waits before it looks
     # Of a claim's time-to-live, what the model may not use: speaking and posting come after it.
     speak_margin_s: float = 3.0
@@ -234,6 +239,10 @@ class ChannelWorker:
         # While the model writes: what would make its answer unpostable, and the event that then stops the call.
         self._overtakes: Callable[[wire.MessageView], bool] | None = None
         self._overtaken = asyncio.Event()
+        # Its notes on this channel (its dialogue state) as the arbiter keeps them, and the update of the turn under
+        # way, given to the arbiter with its speech or its release.
+        self.memory: wire.MemoryUpdate | None = None
+        self._new_memory: wire.MemoryUpdate | None = None
 
     @property
     def persona(self) -> Persona:
@@ -309,6 +318,7 @@ class ChannelWorker:
         self.window.extend(page.messages)
         self._own.extend(m for m in page.messages if m.author_id == self.persona.id)
         self.last_seq = max(status.last_seq, page.next_after)
+        self.memory = await self.runtime.arbiter.memory(self.channel_id)
 
     def _on_event(self, event: wire.ArbiterEvent) -> None:
         match event:
@@ -334,7 +344,14 @@ class ChannelWorker:
                     # Waiting for the pool, or for another's floor: a claim given back (a pass) refills the pool,
                     # and may give the floor up, long before the retry planned; no message comes to say so.
                     self.wake()
-            case wire.ClaimEvent() | wire.SettingsEvent():
+            case wire.MemoryEvent(persona=persona, memory=memory) if persona == self.persona.id:
+                # Its own notes: stored by this worker, by another of the same persona, or reset by a moderator (or
+                # with the history). A newer state wins; an older one arriving late does not take it back.
+                if memory is None:
+                    self.memory = None
+                elif self.memory is None or memory.seq >= self.memory.seq:
+                    self.memory = wire.MemoryUpdate(seq=memory.seq, state=memory.state)
+            case wire.ClaimEvent() | wire.SettingsEvent() | wire.MemoryEvent():
                 pass  # a look reads the claims and the settings that matter from the status, fresh
             case _:
                 assert_never(event)
@@ -513,13 +530,19 @@ class ChannelWorker:
         )
         lengths = {str(tier): status.tiers[tier].max_length for tier in allowed}
         actions = ("pass", *(str(tier) for tier in allowed)) if allow_pass else tuple(str(tier) for tier in allowed)
+        rules = rules_prompt(self.persona, actions, lengths, status.topic, keeps_notes=True)
         request = DecisionRequest(
-            system=persona_prompt(self.persona) + "\n\n" + rules_prompt(self.persona, actions, lengths, status.topic),
-            turns=(transcript_turn(self.persona, window, status, self.own_lines),),
+            system=persona_prompt(self.persona) + "\n\n" + rules,
+            turns=(
+                transcript_turn(
+                    self.persona, self._shown(window), status, self.own_lines, memory=self.memory, keeps_notes=True
+                ),
+            ),
             actions=actions,  # type: ignore[arg-type]
             max_lengths=lengths,
             time_left_s=self._time_left(lapses),
             allow_pass=allow_pass,
+            memory_schema=MEMORY_SCHEMA,
         )
         if request.time_left_s is not None and request.time_left_s <= 0:
             _log.warning("persona=%s: the claim lapses before a model could answer; passing", self.persona.id)
@@ -554,6 +577,9 @@ class ChannelWorker:
                 return False
             await self._provider_answered(result.usage)
             decision = result.decision
+            state = fit_state(decision.memory)
+            # Given to the arbiter with the speech, or with the release when nothing is said (or it is refused).
+            self._new_memory = None if state is None else wire.MemoryUpdate(seq=based_on, state=state)
             if decision.action == "pass":
                 runtime.stats.passes += 1
                 return False
@@ -565,6 +591,14 @@ class ChannelWorker:
                 _log.info("persona=%s: dropped a repeat or empty reply: %r", self.persona.id, text)
                 return False
             return await self._speak(claim, tier, text, window[-1].seq if window else 0)
+
+    def _shown(self, window: list[wire.MessageView]) -> list[wire.MessageView]:
+        """What the model is shown of ``window``: every message its notes do not take in yet (the window holds at most
+        ``config.window``), and at least the last ``config.recent`` for context."""
+        memory = self.memory
+        unseen = len(window) if memory is None else sum(1 for message in window if message.seq > memory.seq)
+        shown = max(unseen, self.runtime.config.recent)
+        return window[-shown:] if shown < len(window) else window
 
     async def _decide_unless_overtaken(
         self, request: DecisionRequest, overtakes: Callable[[wire.MessageView], bool]
@@ -598,8 +632,11 @@ class ChannelWorker:
     async def _speak(self, claim: wire.ClaimView, tier: Tier, text: str, based_on: int) -> bool:
         """Speak on the claim and post; whether the arbiter granted the message (a failed post is retracted)."""
         runtime = self.runtime
-        request = wire.SpeakRequest(text=text, tier=tier, based_on_seq=based_on)
+        memory = self._new_memory
+        request = wire.SpeakRequest(text=text, tier=tier, based_on_seq=based_on, memory=memory)
         result = await runtime.arbiter.speak(self.channel_id, claim.claim_id, request)
+        if result.granted and memory is not None:
+            self._new_memory, self.memory = None, memory  # stored with the message
         if not result.granted or result.message is None:
             runtime.stats.wasted += 1
             _log.info("persona=%s: speak refused (%s)", self.persona.id, result.reason)
@@ -632,12 +669,25 @@ class ChannelWorker:
         return await platform.post(self.channel_id, text)
 
     async def _release(self, claim_id: str) -> None:
+        """Give the claim back, with the notes the turn updated (if any)."""
         self._held = None
+        memory, self._new_memory = self._new_memory, None
         try:
-            await asyncio.shield(self.runtime.arbiter.release(self.channel_id, claim_id))
+            try:
+                await asyncio.shield(self.runtime.arbiter.release(self.channel_id, claim_id, memory))
+            except ArbiterRejected as error:
+                if memory is None or not (error.field or "").startswith("memory"):
+                    raise
+                # Notes the arbiter will not take must not keep the claim: give it back without them.
+                _log.warning("persona=%s: notes refused (%s); releasing without them", self.persona.id, error)
+                memory = None
+                await asyncio.shield(self.runtime.arbiter.release(self.channel_id, claim_id))
         except (BotError, asyncio.CancelledError) as error:
             # The claim lapses at its time-to-live anyway; the arbiter never keeps it.
             _log.warning("persona=%s: could not release claim %s: %s", self.persona.id, claim_id, error)
+            return
+        if memory is not None:
+            self.memory = memory
 
     async def _provider_failed(self, error: LLMError) -> None:
         """Back off; what the failed call spent (if the API answered at all) still counts."""

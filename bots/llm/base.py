@@ -192,8 +192,12 @@ class Completion:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
+    """What the model chose. ``memory``: the state it was asked to keep (``DecisionRequest.memory_schema``), as the
+    model gave it (JSON, unchecked: the runtime fits it to the arbiter's bounds); None when not asked or not given."""
+
     action: Action
     text: str = ""
+    memory: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
@@ -210,6 +214,8 @@ class DecisionRequest:
     ``allow_pass`` is off (an addressed persona's second try: it must answer). ``max_lengths`` gives each
     tier's maximum length in display columns (a wide character counts 2), for the instructions; the provider
     does not trim, the runtime does. ``max_tokens`` and ``time_left_s`` as in :class:`CompletionRequest`.
+    ``memory_schema``: the JSON schema of a state the model keeps along with its decision (a persona's notes on
+    the conversation); the decision then has a required ``memory`` property of that schema.
     """
 
     system: str
@@ -219,6 +225,7 @@ class DecisionRequest:
     max_tokens: int | None = None
     time_left_s: float | None = None
     allow_pass: bool = True
+    memory_schema: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         _check_time_left(self.time_left_s)
@@ -441,6 +448,8 @@ def decision_instructions(request: DecisionRequest) -> str:
     )
     if any(action != "pass" for action in request.max_lengths):
         lines.append(COLUMNS_NOTE)
+    if request.memory_schema is not None:
+        lines.append("In memory, give your notes on the conversation, updated with the messages you were shown.")
     return "\n".join(lines)
 
 
@@ -456,19 +465,17 @@ def _text_description(request: DecisionRequest) -> str:
 
 def decision_schema(request: DecisionRequest) -> dict[str, Any]:
     """The JSON schema of a decision. Every property is required and no other is allowed, as strict modes want."""
-    return {
-        "type": "object",
-        "properties": {
-            "action": {
-                "type": "string",
-                "enum": list(request.actions),
-                "description": "what you do now; 'pass' stays silent",
-            },
-            "text": {"type": "string", "description": _text_description(request)},
+    properties: dict[str, Any] = {
+        "action": {
+            "type": "string",
+            "enum": list(request.actions),
+            "description": "what you do now; 'pass' stays silent",
         },
-        "required": ["action", "text"],
-        "additionalProperties": False,
+        "text": {"type": "string", "description": _text_description(request)},
     }
+    if request.memory_schema is not None:
+        properties["memory"] = dict(request.memory_schema)
+    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
 
 
 def decision_tool(request: DecisionRequest) -> ToolSpec:
@@ -489,12 +496,15 @@ def parse_decision(arguments: object, request: DecisionRequest, usage: Usage | N
         raise LLMBadOutput(
             f"the decision's action {_preview(action)} is not one of {list(request.actions)}", usage=usage
         )
+    # A state the model forgot or botched costs only the update (the previous state stays), never the turn.
+    memory = arguments.get("memory") if request.memory_schema is not None else None
+    memory = memory if isinstance(memory, Mapping) else None
     if action == "pass":
-        return Decision("pass")
+        return Decision("pass", memory=memory)
     text = arguments.get("text")
     if not isinstance(text, str) or not text.strip():
         raise LLMBadOutput(f"the decision {action!r} has no text", usage=usage)
-    return Decision(action, text.strip())
+    return Decision(action, text.strip(), memory=memory)
 
 
 def parse_decision_json(text: str, request: DecisionRequest, usage: Usage | None) -> Decision:

@@ -24,16 +24,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import math
 import random
 import re
 import unicodedata
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
 
-from arbiter.contract import display_length
+from arbiter.contract import display_length, estimate_tokens
 from bots.kinds import Kind, message_kind
 from bots.llm.base import (
     ACTIONS,
@@ -53,6 +52,7 @@ from bots.llm.base import (
     Usage,
     decision_tool,
 )
+from bots.prompt import NEW_SINCE_NOTES, NOTES_HEADER
 from bots.text import repeats
 
 if TYPE_CHECKING:
@@ -68,6 +68,7 @@ __all__ = (
     "ScriptedProvider",
     "estimate_prompt_tokens",
     "estimate_tokens",
+    "kept_notes",
 )
 
 Language = Literal["en", "ja"]
@@ -360,6 +361,8 @@ class ScriptedProvider(ChatProvider):
         await self._pause(request.time_left_s)
         cue = _read_cue(request.system, request.turns)
         decision = self._choose(request.actions, request.max_lengths, _spoken(request.turns), cue)
+        if request.memory_schema is not None:
+            decision = replace(decision, memory=kept_notes(request.system, request.turns))
         return DecisionResult(decision, Usage(0, 0))
 
     async def complete(self, request: CompletionRequest) -> Completion:
@@ -530,10 +533,14 @@ class ScriptedProvider(ChatProvider):
     # --- answers --------------------------------------------------------------------------------------
 
     def _decide_call(self, tool: ToolSpec, system: str, turns: tuple[Turn, ...]) -> Completion:
-        enum = tool.parameters.get("properties", {}).get("action", {}).get("enum", ACTIONS)
+        properties = tool.parameters.get("properties", {})
+        enum = properties.get("action", {}).get("enum", ACTIONS)
         actions = tuple(action for action in ACTIONS if action in enum)
         decision = self._choose(actions, {}, _spoken(turns), _read_cue(system, turns))
-        return self._call(DECIDE_TOOL, {"action": decision.action, "text": decision.text})
+        arguments: dict[str, Any] = {"action": decision.action, "text": decision.text}
+        if "memory" in properties:
+            arguments["memory"] = kept_notes(system, turns)
+        return self._call(DECIDE_TOOL, arguments)
 
     def _tool_loop_step(self, tools: dict[str, ToolSpec], turns: tuple[Turn, ...]) -> Completion:
         calls, results = _loop_so_far(turns)
@@ -618,12 +625,6 @@ class ScriptedProvider(ChatProvider):
 
 
 # --- token estimates ------------------------------------------------------------------------------------
-
-
-def estimate_tokens(text: str) -> int:
-    """A rough token count: about four Latin characters per token, one per wide character."""
-    ascii_chars = sum(1 for char in text if char.isascii())
-    return math.ceil(ascii_chars / 4) + (len(text) - ascii_chars)
 
 
 def estimate_prompt_tokens(request: DecisionRequest | CompletionRequest) -> int:
@@ -981,3 +982,69 @@ def _collect_messages(data: object, into: list[_Message]) -> None:
     elif isinstance(data, list):
         for item in data:
             _collect_messages(item, into)
+
+
+# --- notes (the dialogue state) -------------------------------------------------------------------------
+
+_TOPIC_SET = re.compile(r"^The moderators set the topic: (?P<topic>.+)$", re.MULTILINE)
+_NOTE_TOPIC = re.compile(r"^Topic: (?P<topic>.*)$")
+_NOTE_ITEM = re.compile(r"^- (?P<item>.+)$")
+_NOTE_SPEAKER = re.compile(r"^- (?P<name>[^:]+): (?P<note>.+)$")
+_SECTIONS = {"Open questions:": "open_questions", "Agreed:": "agreed", "Speakers:": "speakers"}
+_QUESTIONS_KEPT = 4  # the newest questions still open (one per speaker)
+_NOTE_CHARS = 80
+
+
+def kept_notes(system: str, turns: tuple[Turn, ...]) -> dict[str, Any]:
+    """The notes a model would keep, made by rule, deterministically: the notes in the prompt, updated with the
+    conversation shown. Each speaker's note is its latest line ("asked: ..." for a question, else "said: ..."),
+    the most recent speaker first; the open questions are each speaker's latest question, newest first; the topic
+    is the one noted before, else the moderators'; what was agreed stays as it was."""
+    user = next((turn.text for turn in reversed(turns) if turn.role == "user" and turn.text.strip()), "")
+    lines = [line.strip() for line in user.splitlines()]
+    topic, agreed = "", []
+    questions: dict[str, str] = {}
+    speakers: dict[str, str] = {}
+    section = None
+    if NOTES_HEADER in lines:
+        for line in lines[lines.index(NOTES_HEADER) + 1 :]:
+            if not line:
+                break
+            if (match := _NOTE_TOPIC.match(line)) is not None:
+                topic = "" if match.group("topic") == "(none yet)" else match.group("topic")
+            elif line in _SECTIONS:
+                section = _SECTIONS[line]
+            elif section == "speakers" and (found := _NOTE_SPEAKER.match(line)) is not None:
+                speakers[found.group("name")] = found.group("note")
+            elif section == "open_questions" and (item := _NOTE_ITEM.match(line)) is not None:
+                name, _, question = item.group("item").partition(": ")
+                questions[name] = question
+            elif section == "agreed" and (item := _NOTE_ITEM.match(line)) is not None:
+                agreed.append(item.group("item"))
+    questions = dict(reversed(questions.items()))  # the notes list them oldest first; here the newest leads
+    if not topic and (moderators := _TOPIC_SET.search(system)) is not None:
+        topic = moderators.group("topic")
+    # Oldest first as read, so that a later line moves its speaker (and its question) to the front.
+    heard: list[tuple[str, str]] = []
+    for line in lines:
+        match = _TRANSCRIPT_LINE.match(line)
+        if match is not None and line != NEW_SINCE_NOTES:
+            heard.append((match.group("name"), match.group("text")))
+    for name, text in heard:
+        asked = message_kind(text) is Kind.QUESTION
+        speakers.pop(name, None)
+        speakers = {name: f"{'asked' if asked else 'said'}: {_short(text)}", **speakers}
+        if asked:
+            questions.pop(name, None)
+            questions = {name: _short(text), **questions}
+    return {
+        "topic": topic,
+        "open_questions": [f"{name}: {text}" for name, text in list(questions.items())[:_QUESTIONS_KEPT]][::-1],
+        "agreed": agreed,
+        "speakers": [{"name": name, "note": note} for name, note in speakers.items()],
+    }
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _NOTE_CHARS else text[: _NOTE_CHARS - 1].rstrip() + "…"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -28,6 +29,7 @@ from bots.llm import (
     Usage,
     create_provider,
 )
+from bots.memory import MEMORY_SCHEMA
 from tests.support.llm_server import (
     FAKE_KEY,
     FAKE_KEY_ENV,
@@ -121,6 +123,49 @@ async def test_the_decision_schema_offers_only_the_allowed_actions_and_pass(
     assert schema["required"] == ["action", "text"]
     assert "at most 16 columns" in instructions
     assert "at most 80 columns" in instructions
+
+
+NOTES = {
+    "topic": "the ramen place by the station",
+    "open_questions": ["Mio: has anyone tried it?"],
+    "agreed": [],
+    "speakers": [{"name": "Mio", "note": "curious about the new ramen place"}],
+}
+
+
+async def test_a_decision_keeps_notes_in_the_same_call_in_every_mode(
+    llm_server: FakeLLMServer, make_provider: MakeProvider, flavour: tuple[str, str]
+) -> None:
+    # The notes ride on the one decision call: the schema the real SDK sends must pass the API's strict checks (the
+    # local server refuses what the real API refuses), and what comes back is the decision plus the notes.
+    llm_server.script(decision_reply(flavour[1], {"action": "remark", "text": "Not yet!", "memory": NOTES}))
+
+    result = await provider_for(make_provider, flavour).decide(replace(ASK, memory_schema=MEMORY_SCHEMA))
+
+    assert result.decision == Decision("remark", "Not yet!", memory=NOTES)
+    assert llm_server.refusals == []
+    assert len(llm_server.requests) == 1
+    body = llm_server.requests[0].body
+    api, mode = flavour
+    if mode == "tools":
+        tool = body["tools"][0]
+        schema = tool["input_schema"] if api == "anthropic" else tool["function"]["parameters"]
+    elif api == "anthropic":
+        schema = body["output_config"]["format"]["schema"]
+    else:
+        schema = body["response_format"]["json_schema"]["schema"]
+    assert schema["required"] == ["action", "text", "memory"]
+    assert schema["properties"]["memory"] == MEMORY_SCHEMA
+
+
+async def test_notes_the_model_left_out_cost_only_the_notes(
+    llm_server: FakeLLMServer, make_provider: MakeProvider, flavour: tuple[str, str]
+) -> None:
+    llm_server.script(decision_reply(flavour[1], {"action": "aizuchi", "text": "Ooh!", "memory": "lots of notes"}))
+
+    result = await provider_for(make_provider, flavour).decide(replace(ASK, memory_schema=MEMORY_SCHEMA))
+
+    assert result.decision == Decision("aizuchi", "Ooh!", memory=None)
 
 
 # A model's answer that cannot be used, per mode: each is LLMBadOutput, with the tokens it cost.
