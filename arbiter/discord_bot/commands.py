@@ -10,7 +10,7 @@ import discord
 from discord import app_commands
 
 from arbiter.core.errors import ArbiterError, NotFound
-from arbiter.discord_bot.render import status_text
+from arbiter.discord_bot.render import memory_text, status_text
 
 if TYPE_CHECKING:
     from arbiter.service import ArbiterService
@@ -191,6 +191,32 @@ class ModeratorCommands(app_commands.Group):
             return
         await self._reply(interaction, f"{known[persona]}: {action}d.")
 
+    @app_commands.command(description="What each persona noted about this conversation; reset to forget")
+    @app_commands.describe(persona="one persona (default: all)", reset="forget the notes instead of showing them")
+    async def memory(self, interaction: discord.Interaction, persona: str | None = None, reset: bool = False) -> None:
+        channel_id = self._channel(interaction)
+        personas = self._service.registry.views()
+        known = {info.id: info.display_name for info in personas.personas}
+        if persona is not None and persona not in known:
+            names = ", ".join(sorted(known)) or "none"
+            await self._reply(interaction, f"No persona {persona!r} here (known: {names}).")
+            return
+        try:
+            if reset:
+                forgotten = await self._service.reset_memory(channel_id, persona)
+            else:
+                memories = await self._service.memories(channel_id, persona)
+        except NotFound:
+            await self._reply(interaction, "aizuchi is not set up in this channel: `/aizuchi enable` turns it on.")
+            return
+        if not reset:
+            await self._reply(interaction, memory_text(memories, personas))
+        elif forgotten:
+            await self._reply(interaction, f"Forgot the notes of {', '.join(known.get(p, p) for p in forgotten)}.")
+        else:
+            await self._reply(interaction, "There were no notes to forget.")
+
+    @memory.autocomplete("persona")
     @persona.autocomplete("persona")
     async def _persona_names(self, interaction: discord.Interaction, current: str) -> list[app_commands.Choice[str]]:
         infos = self._service.registry.views().personas
@@ -209,4 +235,4 @@ class ModeratorCommands(app_commands.Group):
         except NotFound:
             await self._reply(interaction, "aizuchi is not set up in this channel; there is no history to clear.")
             return
-        await self._reply(interaction, f"Cleared {deleted} messages from the personas' memory of this channel.")
+        await self._reply(interaction, f"Cleared {deleted} messages, and what the personas noted about them.")

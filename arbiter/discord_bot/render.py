@@ -1,13 +1,15 @@
-"""What the moderators' commands say: the channel's status as text. Pure."""
+"""What the moderators' commands say: the channel's status and the personas' notes as text. Pure."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from arbiter.contract import PersonaList, SettingsView, StatusView
+    from arbiter.contract import MemoryList, PersonaList, SettingsView, StatusView
 
-__all__ = ("gauge", "status_text")
+__all__ = ("MESSAGE_LIMIT", "gauge", "memory_text", "status_text")
+
+MESSAGE_LIMIT = 2000  # Discord's limit on a message's characters, answers to commands included
 
 
 def gauge(level: int, capacity: int, width: int = 20) -> str:
@@ -41,3 +43,24 @@ def status_text(status: StatusView, settings: SettingsView, personas: PersonaLis
     if status.topic:
         lines.append(f"Topic: {status.topic}")
     return "\n".join(lines)
+
+
+def memory_text(memories: MemoryList, personas: PersonaList) -> str:
+    """Each persona's notes on the conversation here, within one Discord message (cut, saying so, if longer)."""
+    if not memories.memories:
+        return "No persona has notes on this channel yet: they start them the next time they take a turn."
+    names = {info.id: info.display_name for info in personas.personas}
+    lines: list[str] = []
+    for memory in memories.memories:
+        state = memory.state
+        lines.append(f"**{names.get(memory.persona, memory.persona)}** (up to message {memory.seq})")
+        lines.append(f"- topic: {state.topic or 'none yet'}")
+        lines += [f"- open: {item}" for item in state.open_questions]
+        lines += [f"- agreed: {item}" for item in state.agreed]
+        lines += [f"- {speaker.name}: {speaker.note}" for speaker in state.speakers]
+    lines.append("`/aizuchi memory reset:True` forgets them (for one persona with `persona:`).")
+    text = "\n".join(lines)
+    if len(text) <= MESSAGE_LIMIT:
+        return text
+    cut = "\n… (more than one message holds; name one persona with `persona:`)"
+    return text[: MESSAGE_LIMIT - len(cut)].rsplit("\n", 1)[0] + cut

@@ -163,7 +163,7 @@ async def test_clear_history_forgets_the_channel_when_its_name_is_typed(
 
     assert (await arbiter.service.history(lounge)).messages == []
     assert refused.ephemeral and refused.content == "Not cleared: to confirm, type the channel's name (lounge) exactly."
-    assert cleared.ephemeral and cleared.content == "Cleared 3 messages from the personas' memory of this channel."
+    assert cleared.ephemeral and cleared.content == "Cleared 3 messages, and what the personas noted about them."
 
 
 async def _recorded(arbiter: Arbiter, channel_id: str, count: int) -> None:
@@ -231,6 +231,62 @@ async def test_status_in_a_channel_without_the_fleet_says_how_to_enable_it(arbit
     assert (await arbiter.service.channels()).channels == []
 
 
+# --- the personas' notes -----------------------------------------------------------------------------------
+
+
+async def _noted(arbiter: Arbiter, lounge: str, persona: str, topic: str, speakers: int = 1) -> None:
+    from arbiter import contract as wire
+
+    seq = (await arbiter.service.record_message(lounge, author_id="bob", author_name="Bob", text="Ramen?")).seq
+    claimed = await arbiter.service.claim(lounge, persona, Tier.REMARK)
+    assert claimed.claim is not None, claimed
+    heard = [wire.SpeakerNote(name="Bob", note="wants ramen")]
+    heard += [
+        wire.SpeakerNote(name=f"Guest {n}", note="talks about noodles at length " * 8) for n in range(1, speakers)
+    ]
+    notes = wire.MemoryUpdate(seq=seq, state=wire.DialogueState(topic=topic, speakers=heard))
+    await arbiter.service.release(lounge, persona, claimed.claim.claim_id, memory=notes)
+
+
+async def test_memory_shows_each_personas_notes_and_reset_forgets_them(
+    arbiter: Arbiter, world: World, lounge: str
+) -> None:
+    await arbiter.service.register_persona("hana", "Hana")
+    empty = await run(world, world.mod, "memory")
+    await _noted(arbiter, lounge, "hana", "dinner")
+    await _noted(arbiter, lounge, "kai", "dessert")
+
+    shown = await run(world, world.mod, "memory")
+    one = await run(world, world.mod, "memory", {"persona": "kai"})
+    reset = await run(world, world.mod, "memory", {"persona": "kai", "reset": True})
+    after = await run(world, world.mod, "memory")
+    unknown = await run(world, world.mod, "memory", {"persona": "nobody", "reset": True})
+
+    assert empty.ephemeral and "No persona has notes on this channel yet" in (empty.content or "")
+    text = shown.content or ""
+    assert shown.ephemeral
+    assert "**Hana** (up to message 1)" in text and "- topic: dinner" in text
+    assert "**kai** (up to message 2)" in text and "- topic: dessert" in text
+    assert "- Bob: wants ramen" in text
+    assert "dinner" not in (one.content or "") and "dessert" in (one.content or "")
+    assert reset.content == "Forgot the notes of kai."
+    assert "dessert" not in (after.content or "") and "dinner" in (after.content or "")
+    assert (unknown.content or "").startswith("No persona 'nobody' here")
+    assert [m.persona for m in (await arbiter.service.memories(lounge)).memories] == ["hana"]
+
+
+async def test_memory_in_a_long_conversation_fits_one_discord_message(
+    arbiter: Arbiter, world: World, lounge: str
+) -> None:
+    for persona in ("hana", "kai", "mio"):
+        await _noted(arbiter, lounge, persona, "noodles", speakers=5)
+
+    text = (await run(world, world.mod, "memory")).content or ""
+
+    assert len(text) <= 2000
+    assert text.endswith("name one persona with `persona:`)")
+
+
 # --- who may use the commands -----------------------------------------------------------------------------
 
 
@@ -255,6 +311,7 @@ def test_the_commands_are_registered_for_the_guild_with_a_moderators_default(wor
             "budget",
             "topic",
             "persona",
+            "memory",
             "clear-history",
         ]
     )
