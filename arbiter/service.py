@@ -463,9 +463,11 @@ class ArbiterService:
         infos = await self._database.read(repo.persona_infos)
         self._registry = MappingProxyType({**self._registry, **{info.id: info for info in infos}})
 
-    def personas_info(self) -> wire.PersonaList:
-        """Every persona with a token here, as registered (or by its id until it registers)."""
-        infos = [self._registry.get(pid, PersonaInfo(pid, pid)) for pid in sorted(self.personas)]
+    def personas_info(self, *, former: bool = False) -> wire.PersonaList:
+        """Every persona with a token here, as registered (or by its id until it registers); with ``former``, also
+        those registered before that have no token now (the local room shows their old messages in their colour)."""
+        ids = set(self.personas) | (set(self._registry) if former else set())
+        infos = [self._registry.get(pid, PersonaInfo(pid, pid)) for pid in sorted(ids)]
         return wire.PersonaList(personas=[persona_view(info) for info in infos])
 
     def persona_of_platform_user(self, platform_user_id: str) -> str | None:
