@@ -41,6 +41,7 @@
     retryMs: 500,
     retryAt: null, // when the next try to reconnect is due (ms), while the arbiter cannot be reached
     retryTimer: null,
+    retry: null, // what to try again: loading the room, or connecting its stream
     reading: null, // the state read under way, if any
     readAgain: false, // an event came while it was under way: read once more
     readTimer: null,
@@ -98,10 +99,6 @@
     const minutes = Math.max(1, Math.round(ms / 60000));
     const hours = Math.floor(minutes / 60);
     return hours ? `${hours} h ${minutes % 60} min` : `${minutes} min`;
-  }
-
-  function listed(names) {
-    return names.length < 2 ? names.join("") : `${names.slice(0, -1).join(", ")} and ${names[names.length - 1]}`;
   }
 
   // --- colours --------------------------------------------------------------------------------------
@@ -163,9 +160,11 @@
     if (message.tier) {
       item.dataset.tier = message.tier;
       item.dataset.cost = String(message.cost);
-      head.append(el("span", { class: `badge tier-${message.tier}`, title: `cost ${message.cost}`, text: message.tier }));
+      const badge = { class: `badge tier-${message.tier}`, title: `cost ${message.cost}`, text: message.tier };
+      head.append(el("span", badge));
     }
-    head.append(el("time", { datetime: new Date(message.at * 1000).toISOString(), text: clockTime(message.at * 1000) }));
+    const at = message.at * 1000;
+    head.append(el("time", { datetime: new Date(at).toISOString(), text: clockTime(at) }));
     item.append(head, el("p", { class: "text", text: message.text }));
     return item;
   }
@@ -266,12 +265,13 @@
     $("tier-costs").replaceChildren(
       ...TIERS.map((tier) => {
         const affordable = state.level !== null && state.level >= costs[tier];
+        const now = affordable ? " (affordable now)" : " (more than the pool holds now)";
         return el(
           "li",
           { class: affordable ? "affordable" : "short", "data-tier": tier, title: `a ${tier} costs ${costs[tier]}` },
           el("span", { class: `badge tier-${tier}`, text: tier }),
           `${Number.isFinite(costs[tier]) ? costs[tier] : "–"}`,
-          el("span", { class: "visually-hidden", text: affordable ? " (affordable now)" : " (more than the pool holds now)" }),
+          el("span", { class: "visually-hidden", text: now }),
         );
       }),
     );
@@ -423,11 +423,9 @@
     }
     if (held.some((why) => why.reason === "idle_cap")) {
       const turns = state.status ? state.status.bot_streak : state.settings.idle_cap;
-      return {
-        kind: "idle",
-        short: "the idle cap",
-        text: `The personas have taken ${turns} turns without a person (the idle cap): say something to wake them.`,
-      };
+      const taken = `${turns} ${turns === 1 ? "turn" : "turns"} without a person (the idle cap)`;
+      const text = `The personas have taken ${taken}: say something to wake them.`;
+      return { kind: "idle", short: "the idle cap", text };
     }
     return { kind: "muted", short: "all muted or off", text: "Every persona is muted or switched off in this room." };
   }
@@ -612,6 +610,7 @@
     showError($("settings-error"), { message: text, offline: false });
     for (const input of inputs) markInvalid(input, true);
     if (inputs.length) inputs[0].focus();
+    $("settings-error").scrollIntoView({ block: "nearest" }); // below the buttons, which may be at the fold
   }
 
   async function saveSettings(changes, done, changed = []) {
@@ -694,7 +693,9 @@
     const banner = $("outage");
     banner.hidden = state.connection !== "lost";
     if (banner.hidden) return;
-    const what = state.loaded ? "The arbiter cannot be reached: the room is not live." : "The room cannot be loaded: the arbiter cannot be reached.";
+    const what = state.loaded
+      ? "The arbiter cannot be reached: the room is not live."
+      : "The room cannot be loaded: the arbiter cannot be reached.";
     const seconds = state.retryAt === null ? 0 : Math.ceil((state.retryAt - Date.now()) / 1000);
     $("outage-text").textContent = seconds > 0 ? `${what} Trying again in ${seconds} s…` : `${what} Trying again…`;
   }
@@ -810,6 +811,7 @@
       sessionStorage.setItem(NOTICE_KEY, $("notice-text").textContent);
       $("notice").hidden = true;
     });
+    $("notice-text").addEventListener("click", () => $("notice").toggleAttribute("data-expanded"));
     $("quiet-action").addEventListener("click", () => saveSettings({ paused: false }, "Resumed."));
 
     const text = $("text");
