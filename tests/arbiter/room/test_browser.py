@@ -457,7 +457,7 @@ async def test_a_person_chats_with_the_personas_and_tunes_the_room(browser: Brow
 # --- any screen, either theme ----------------------------------------------------------------------------
 
 
-async def check_a_phone(page: Page) -> None:
+async def check_a_phone(page: Page, panels_picture: Path) -> None:
     """The conversation fills the screen; the composer is at the bottom, wide, on two lines; the pool and the
     personas are at the top; the side panels are one tap away; nothing scrolls sideways."""
     assert await page.evaluate(OVERFLOW) == {"scroll": 0, "out": []}
@@ -477,6 +477,7 @@ async def check_a_phone(page: Page) -> None:
     assert not await page.is_visible("#composer")
     assert await page.evaluate(OVERFLOW) == {"scroll": 0, "out": []}
     assert await contrast_failures(page) == []
+    await page.screenshot(path=str(panels_picture))
     await page.click("#view-toggle")
     assert await page.is_visible("#composer")
 
@@ -487,6 +488,9 @@ async def check_a_desktop(page: Page) -> None:
         assert await page.is_visible(shown), shown
     assert not await page.is_visible("#strip")
     assert not await page.is_visible("#view-toggle")
+    # The row of tiers says what the numbers are.
+    assert (await page.text_content(".costs-caption") or "").startswith("Cost of a turn")
+    assert await page.get_attribute("#tier-costs li[data-tier='remark']", "title") == "a remark costs 60"
 
 
 async def test_the_room_on_a_phone_and_a_desktop_in_light_and_dark(browser: Browser, sqlite_url: str) -> None:
@@ -531,7 +535,10 @@ async def test_the_room_on_a_phone_and_a_desktop_in_light_and_dark(browser: Brow
             await page.screenshot(path=str(picture))
             if (screen, scheme) == ("desktop", "light") and (readme := os.environ.get("AIZUCHI_README_SCREENSHOT")):
                 shutil.copyfile(picture, readme)
-            await (check_a_phone(page) if screen == "phone" else check_a_desktop(page))
+            if screen == "phone":
+                await check_a_phone(page, ARTIFACTS / f"room-phone-{scheme}-panels.png")
+            else:
+                await check_a_desktop(page)
             await page.context.close()
             assert problems == []
 
