@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # reads them.
 BROWSER := /usr/bin/chromium
 
-.PHONY: run test lint clean
+.PHONY: run test lint screenshot clean
 
 run: $(VENV)/.installed
 	$(BIN)/aizuchi run
@@ -21,6 +21,12 @@ test: $(VENV)/.installed-dev $(BROWSER)
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+# The README's picture of the local room (default settings, a desktop window, the light theme), taken by the room's
+# browser test.
+screenshot: $(VENV)/.installed-dev $(BROWSER)
+	AIZUCHI_README_SCREENSHOT=docs/room.png AIZUCHI_REQUIRE_SERVICES=1 \
+		$(BIN)/pytest -q tests/arbiter/room/test_browser.py -k light_and_dark
 
 $(VENV)/bin/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "aizuchi needs Python 3.11 or newer ($(PYTHON) is older)"; exit 1; }

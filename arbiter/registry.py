@@ -56,9 +56,11 @@ class PersonaRegistry:
         """The persona whose platform account this is, if any."""
         return next((i.id for i in self._infos.values() if i.platform_user_id == platform_user_id), None)
 
-    def views(self) -> wire.PersonaList:
-        """Every persona with a token here, as registered (or by its id until it registers)."""
-        return wire.PersonaList(personas=[persona_view(self.info(pid)) for pid in sorted(self.ids)])
+    def views(self, *, former: bool = False) -> wire.PersonaList:
+        """Every persona with a token here, as registered (or by its id until it registers); with ``former``, also
+        those registered before that have no token now (the local room shows their old messages in their colour)."""
+        ids = self.ids | (set(self._infos) if former else set())
+        return wire.PersonaList(personas=[persona_view(self.info(pid)) for pid in sorted(ids)])
 
     def update(self, infos: Iterable[PersonaInfo]) -> None:
         self._infos = MappingProxyType({**self._infos, **{info.id: info for info in infos}})

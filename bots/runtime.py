@@ -26,7 +26,7 @@ from arbiter.contract import Tier
 from bots.errors import ArbiterRejected, ArbiterUnavailable, BotError, PostFailed
 from bots.llm.base import DecisionRequest, DecisionResult, LLMBadOutput, LLMError, LLMRateLimited, LLMTimeout, Usage
 from bots.memory import MEMORY_SCHEMA, fit_state
-from bots.planner import anchor, plan_turn
+from bots.planner import anchor, plan_turn, refused_outright
 from bots.platforms.base import Posted
 from bots.prompt import persona_prompt, rules_prompt, transcript_turn
 from bots.text import clean_reply, is_emoji, repeats
@@ -232,6 +232,9 @@ class ChannelWorker:
         self._second_look: int | None = None  # seq a quiet persona will look at once more after a pause
         self._intent: tuple[int, Tier] | None = None  # (thread's seq, tier) it waits for the pool to afford
         self._floor_wait = False  # waiting while another persona has the floor
+        # What it had answered before a look the arbiter refused outright (a pause, a mute, the idle cap): a settings
+        # change can lift that with no new message, so the settings event has it look again from there.
+        self._blocked: int | None = None
         # The addressing message's seq after a first try that said nothing (a pass, a failure): one more look,
         # with no pass offered, before the floor is given up.
         self._must_answer: int | None = None
@@ -351,8 +354,14 @@ class ChannelWorker:
                     self.memory = None
                 elif self.memory is None or memory.seq >= self.memory.seq:
                     self.memory = wire.MemoryUpdate(seq=memory.seq, state=memory.state)
-            case wire.ClaimEvent() | wire.SettingsEvent() | wire.MemoryEvent():
-                pass  # a look reads the claims and the settings that matter from the status, fresh
+            case wire.SettingsEvent():
+                # A look reads the settings that matter from the status, fresh; but a resume, an unmute or a higher
+                # cap is no message, and what was said while it held the persona back is still unanswered.
+                if self._blocked is not None:
+                    self.answered, self._blocked = self._blocked, None
+                    self.wake()
+            case wire.ClaimEvent() | wire.MemoryEvent():
+                pass  # a look reads the claims that matter from the status, fresh; others' notes are theirs
             case _:
                 assert_never(event)
 
@@ -460,6 +469,11 @@ class ChannelWorker:
             plan,
         )
         self._second_look = None
+        blocked = refused_outright(status) is not None
+        if not blocked:
+            self._blocked = None
+        elif self._blocked is None:
+            self._blocked = self.answered
         if plan.tier is None:
             if plan.retry_after is not None:
                 self._retry_in(plan.retry_after)

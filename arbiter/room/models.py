@@ -7,9 +7,23 @@ import unicodedata
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # The room's name and text are the API's: the same lengths, and no NUL character (which PostgreSQL cannot store).
-from arbiter.contract import MessageView, Name, PersonaInfoView, SettingsView, StatusView, Text
+from arbiter.contract import (
+    MessageView,
+    Name,
+    PersonaInfoView,
+    RefusalReason,
+    SettingsView,
+    StatusView,
+    Text,
+)
 
-__all__ = ("RoomSnapshot", "SayRequest")
+__all__ = ("HELD_BACK", "HeldBack", "RoomSnapshot", "RoomState", "SayRequest")
+
+# The refusals a persona gets whatever it would say, which waiting for the pool does not lift: the room says why the
+# personas are quiet. (The others - the pool, the floor, one nod per message - are the conversation's rhythm.)
+HELD_BACK = frozenset(
+    {RefusalReason.NOT_ENABLED, RefusalReason.MUTED, RefusalReason.PAUSED, RefusalReason.IDLE_CAP, RefusalReason.BUDGET}
+)
 
 
 class SayRequest(BaseModel):
@@ -29,15 +43,37 @@ class SayRequest(BaseModel):
         return name
 
 
-class RoomSnapshot(BaseModel):
-    """Everything the page needs to draw a room; the event stream keeps it current from ``last_seq`` on."""
+class HeldBack(BaseModel):
+    """Why the arbiter would refuse a persona any turn now, as it would answer its claim."""
+
+    model_config = ConfigDict(frozen=True)
+
+    reason: RefusalReason
+    detail: str | None = None
+    retry_after: float | None = Field(None, description="seconds until that ends by itself (the budget's next day)")
+
+
+class RoomState(BaseModel):
+    """What the page shows beside the conversation; the page reads it again after the events that may change it."""
 
     model_config = ConfigDict(frozen=True)
 
     channel_id: str
     settings: SettingsView
     status: StatusView = Field(description="the pool and the channel's state, as the admin sees them")
-    personas: list[PersonaInfoView] = Field(description="every persona, with its display name and colour")
+    personas: list[PersonaInfoView] = Field(description="every persona taking part, with its display name and colour")
+    held_back: dict[str, HeldBack] = Field(
+        default_factory=dict, description="the personas the arbiter would refuse any turn now, and why"
+    )
+    colors: dict[str, str] = Field(
+        default_factory=dict,
+        description="the colour of every persona the arbiter knows, also of those not taking part now (old messages)",
+    )
+    notice: str | None = Field(None, description="what the page says about the room, if anything")
+
+
+class RoomSnapshot(RoomState):
+    """Everything the page needs to draw a room; the event stream keeps it current from ``last_seq`` on."""
+
     history: list[MessageView] = Field(description="the most recent messages, oldest first")
     last_seq: int = Field(description="pass as ?after= to the event stream: it replays what came after the history")
-    notice: str | None = Field(None, description="what the page says above the conversation, if anything")

@@ -8,7 +8,8 @@ from (``Origin``), to come from the room's own pages (against other sites postin
 Routes (``{channel_id}`` matches ``arbiter.core.limits.ID_PATTERN``):
 
 - ``GET /`` redirects to ``/room/lobby``; ``GET /room/{channel_id}`` is the page; ``/room/static/`` its files.
-- ``GET /room/api/{channel_id}/snapshot``: settings, status, personas and recent history (``RoomSnapshot``).
+- ``GET /room/api/{channel_id}/snapshot``: the room's state and its recent history (``RoomSnapshot``).
+- ``GET /room/api/{channel_id}/state``: settings, status, personas and why any are held back (``RoomState``).
 - ``POST /room/api/{channel_id}/say`` ``{"name", "text"}``: a human message (``ArbiterService.record_message``).
 - ``PATCH /room/api/{channel_id}/settings``: the body of /v1's ``SettingsPatch`` (pause: ``{"paused": true}``).
 - ``GET /room/api/{channel_id}/events?after=<seq>``: the WebSocket stream of /v1, from the same code.
@@ -39,7 +40,7 @@ from arbiter.api.routes import SERVICE
 from arbiter.api.stream import stream_events
 from arbiter.core.errors import InvalidRequest, PermissionDenied
 from arbiter.core.limits import ID_PATTERN, MAX_SEQ
-from arbiter.room.models import RoomSnapshot, SayRequest
+from arbiter.room.models import HELD_BACK, HeldBack, RoomSnapshot, RoomState, SayRequest
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -189,18 +190,41 @@ def _not_a_room(channel_id: str) -> str:
     )
 
 
-async def _snapshot(request: web.Request) -> web.Response:
-    service, channel_id = await _opened(request)
-    history = await service.recent(channel_id, HISTORY_LIMIT)
-    snapshot = RoomSnapshot(
+async def _room_state(service: ArbiterService, channel_id: str, notice: str | None) -> RoomState:
+    personas = service.registry.views().personas
+    held_back = {}
+    for persona in personas:
+        # A nod is the least a persona can say: what holds it back from a nod holds it back from everything.
+        verdict = (await service.status(channel_id, persona.id)).tiers[wire.Tier.AIZUCHI]
+        if verdict.reason in HELD_BACK:
+            held_back[persona.id] = HeldBack(
+                reason=verdict.reason, detail=verdict.detail, retry_after=verdict.retry_after
+            )
+    return RoomState(
         channel_id=channel_id,
         settings=await service.settings(channel_id),
         status=await service.status(channel_id),
-        personas=service.registry.views().personas,
+        personas=personas,
+        held_back=held_back,
+        colors={info.id: info.color for info in service.registry.views(former=True).personas if info.color},
+        notice=notice,
+    )
+
+
+async def _state(request: web.Request) -> web.Response:
+    service, channel_id = await _opened(request)
+    return _json(await _room_state(service, channel_id, request.app[_ROOMS].notice))
+
+
+async def _snapshot(request: web.Request) -> web.Response:
+    service, channel_id = await _opened(request)
+    history = await service.recent(channel_id, HISTORY_LIMIT)
+    state = await _room_state(service, channel_id, request.app[_ROOMS].notice)
+    snapshot = RoomSnapshot(
+        **dict(state),
         history=history,
         # The stream replays from the last message shown, so one recorded meanwhile is not missed.
         last_seq=history[-1].seq if history else 0,
-        notice=request.app[_ROOMS].notice,
     )
     return _json(snapshot)
 
@@ -261,6 +285,7 @@ def add_room(
     router.add_static("/room/static/", STATIC)
     router.add_get("/room/{channel_id}", _page)
     router.add_get(f"{_API}/snapshot", _snapshot)
+    router.add_get(f"{_API}/state", _state)
     router.add_post(f"{_API}/say", _say)
     router.add_patch(f"{_API}/settings", _settings)
     router.add_get(f"{_API}/events", _events)

@@ -271,6 +271,57 @@ async def test_a_blocked_persona_checks_status_and_makes_no_claim_and_no_llm_cal
         assert live.room.posts == []
 
 
+async def _resumed(live: Live) -> None:
+    await live.service.update_settings(CHANNEL, {"paused": False})
+
+
+async def _unmuted(live: Live) -> None:
+    await live.service.set_persona(CHANNEL, "aoi", muted=False)
+
+
+async def _persona_enabled(live: Live) -> None:
+    await live.service.set_persona(CHANNEL, "aoi", enabled=True)
+
+
+async def _budget_raised(live: Live) -> None:
+    await live.service.update_settings(CHANNEL, {"daily_token_budget": 1000})
+
+
+@pytest.mark.parametrize(
+    ("block", "lift"),
+    [
+        pytest.param(_paused, _resumed, id="paused-then-resumed"),
+        pytest.param(_muted, _unmuted, id="muted-then-unmuted"),
+        pytest.param(_persona_not_enabled, _persona_enabled, id="off-then-on"),
+        pytest.param(_budget_spent, _budget_raised, id="budget-spent-then-raised"),
+    ],
+)
+async def test_what_was_said_while_a_persona_was_held_back_is_answered_when_the_settings_let_it_speak(
+    live: Live, block: Callable[[Live], Awaitable[None]], lift: Callable[[Live], Awaitable[None]]
+) -> None:
+    aoi = make_persona("aoi")
+    provider = scripted(aoi)
+    runtime = await live.start(aoi, provider, CHANNEL)
+    await block(live)
+    await live.say(CHANNEL, "Aoi, are you there?")
+    await eventually(lambda: runtime.stats.looks >= 1, what="a look, refused outright")
+
+    # A settings change that lifts nothing: it looks again (the event cannot tell), and is still held back.
+    await live.service.update_settings(CHANNEL, {"topic": "weekend plans"})
+    await eventually(lambda: runtime.stats.looks >= 2, what="a second look after the settings event")
+    await live.settled(CHANNEL)
+    assert (runtime.stats.claims, provider.calls, live.room.posts) == (0, 0, [])
+
+    await lift(live)  # no new message: only the settings event says the persona may speak again
+    await eventually(lambda: live.room.posts, what="aoi answers the question asked while it was held back")
+    assert provider.calls == 1
+    await live.settled(CHANNEL)
+    looks = runtime.stats.looks
+    await live.service.update_settings(CHANNEL, {"topic": "and now?"})
+    await asyncio.sleep(0.2)  # answered: a settings event after that is no cue to look again
+    assert (runtime.stats.looks, len(live.room.posts)) == (looks, 1)
+
+
 async def test_at_the_idle_cap_a_persona_makes_no_claim_until_a_human_speaks(live: Live) -> None:
     await live.service.update_settings(CHANNEL, {"idle_cap": 1})
     aoi = make_persona("aoi", talkativeness=1.0, agreeableness=1.0)

@@ -3,8 +3,8 @@
 The arbiter runs in process (SQLite, the real clock) with the room added; each persona is a real
 ``PersonaRuntime`` on the scripted provider (its own sample lines, a small latency), reaching the arbiter over
 HTTP with its own token, and posting through the room platform (the arbiter already has the message, so a post
-only hands back an id). When the page opens a room, every persona joins its channel, and the channel's
-recovery is made short so the gauge visibly falls and recovers within a test.
+only hands back an id). When the page opens a room, every persona joins its channel, and (unless the test keeps
+the defaults) the channel's recovery is made short so the gauge visibly falls and recovers within a test.
 """
 
 from __future__ import annotations
@@ -51,6 +51,20 @@ class RoomServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.port}"
 
+    async def settled(self, channel_id: str, *, within: float = 30.0) -> None:
+        """Wait until no persona has anything under way or scheduled in the room and none holds a claim: from then
+        on nobody speaks until someone else does. (The personas may talk among themselves up to the idle cap.)"""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        while True:
+            workers = [runtime.join(channel_id) for runtime in self.runtimes]
+            status = await self.arbiter.service.status(channel_id)
+            if all(worker.idle for worker in workers) and not status.claims_held:
+                return
+            if loop.time() > deadline:
+                raise AssertionError(f"the personas in {channel_id} did not settle within {within}s")
+            await asyncio.sleep(0.05)
+
 
 @contextlib.asynccontextmanager
 async def room_server(
@@ -58,12 +72,15 @@ async def room_server(
     *,
     personas: Sequence[str] = ROOM_PERSONAS,
     hands: Sequence[str] = (),
-    recovery_s: float = 1.0,
+    recovery_s: float | None = 1.0,
     latency_s: float = 0.05,
     config: RuntimeConfig = QUICK,
+    notice: str | None = None,
 ) -> AsyncIterator[RoomServer]:
     """Serve the room with ``personas`` (ids of files in personas/) taking part in every room opened. ``hands`` are
-    persona ids with a token but no runtime: the test speaks for them through the service."""
+    persona ids with a token but no runtime: the test speaks for them through the service. ``recovery_s`` of None
+    keeps the default settings; ``latency_s`` is how long the scripted provider takes to answer; ``notice`` is what
+    the page says about the room (as ``make run`` says the personas are offline stand-ins)."""
     tokens = {persona_id: f"{persona_id}-room-token-0123456789abcdef" for persona_id in (*personas, *hands)}
     # Only these personas have tokens: the room lists every persona the arbiter knows.
     settings = ArbiterSettings(database_url=database_url, persona_tokens={}, _env_file=None)
@@ -75,13 +92,14 @@ async def room_server(
         opened: list[str] = []
 
         async def on_open(channel_id: str) -> None:
-            tiers = {tier: {"recovery_s": recovery_s} for tier in ("aizuchi", "remark", "long")}
-            await arbiter.service.update_settings(channel_id, {"tiers": tiers})
+            if recovery_s is not None:
+                tiers = {tier: {"recovery_s": recovery_s} for tier in ("aizuchi", "remark", "long")}
+                await arbiter.service.update_settings(channel_id, {"tiers": tiers})
             workers = [runtime.join(channel_id) for runtime in runtimes]
             await asyncio.wait_for(asyncio.gather(*(worker.ready() for worker in workers)), 10.0)
             opened.append(channel_id)
 
-        add_room(arbiter.app, on_open=on_open)
+        add_room(arbiter.app, on_open=on_open, notice=notice)
         server = TestServer(arbiter.app, host="127.0.0.1")
         # A short shutdown timeout: the page's open event streams must not hold the test's end for a minute.
         await server.start_server(shutdown_timeout=0.2)

@@ -1,5 +1,6 @@
-// The local room: the conversation, the pool's gauge and chart, what each persona is doing, and the settings.
-// Plain JavaScript, no build step. The snapshot draws the room once; the event stream keeps it current.
+// The local room: the conversation, the pool's gauge and chart, what each persona is doing, why the room is quiet
+// when it is, and the settings. Plain JavaScript, no build step. The snapshot draws the room once; the event stream
+// keeps it current, and the room's state (GET .../state) is read again after the events that may change it.
 "use strict";
 
 (() => {
@@ -7,26 +8,43 @@
   const CHART_SECONDS = 120; // the chart shows at most this much of the past...
   const CHART_MIN_SECONDS = 20; // ...and at least this much, so a fresh page already shows the rhythm
   const SETTLE_MS = 4000; // "passed" and "spoke" show this long, then the persona is waiting again
+  const STATE_EVERY_MS = 30000; // the state is read at least this often (tokens are spent with no event)
+  const MAX_RETRY_MS = 8000;
   const HUMAN_COLOR = "#5f6368";
-  const FALLBACK_COLORS = ["#3a6ea5", "#2a9d8f", "#e4572e", "#8e44ad", "#f08a24", "#4361ee", "#6a994e"];
+  const DEFAULT_NAME = "Guest";
   const NAME_KEY = "aizuchi.room.name";
+  const NOTICE_KEY = "aizuchi.room.notice-hidden";
+  const OFFLINE = "The arbiter cannot be reached.";
+  // What a persona the arbiter holds back shows instead of "waiting".
+  const HELD_LABELS = { paused: "paused", muted: "muted", not_enabled: "off", idle_cap: "quiet", budget: "quiet" };
 
   const channelId = decodeURIComponent(location.pathname.split("/")[2] || "lobby");
   const apiUrl = (path) => `/room/api/${encodeURIComponent(channelId)}/${path}`;
   const $ = (id) => document.getElementById(id);
 
   const state = {
+    loaded: false, // the snapshot has been drawn
+    connection: "connecting", // connecting | live | lost
     settings: null,
+    status: null, // the room's status as last read (bot_streak, ...)
     level: null,
     capacity: null,
     lastSeq: 0,
-    personas: new Map(), // id -> {id, display_name, color}
+    personas: new Map(), // id -> {id, display_name, color}: those taking part
+    colors: {}, // id -> colour, of every persona the arbiter knows (also former ones, for old messages)
+    heldBack: {}, // persona id -> {reason, detail, retry_after}: why the arbiter would refuse it any turn now
+    heldBackAt: 0, // when heldBack was read (its retry_after counts from then)
     messages: new Map(), // seq -> <li>
     activity: new Map(), // persona id -> {what, until}
     levels: [], // [{t: ms, level, capacity}], oldest first
     socket: null,
     retryMs: 500,
-    refreshing: false,
+    retryAt: null, // when the next try to reconnect is due (ms), while the arbiter cannot be reached
+    retryTimer: null,
+    retry: null, // what to try again: loading the room, or connecting its stream
+    reading: null, // the state read under way, if any
+    readAgain: false, // an event came while it was under way: read once more
+    readTimer: null,
   };
 
   // --- small helpers --------------------------------------------------------------------------------
@@ -52,31 +70,64 @@
     try {
       response = await fetch(apiUrl(path), options);
     } catch (error) {
-      throw new Error("the arbiter cannot be reached");
+      const failure = new Error(OFFLINE);
+      failure.offline = true;
+      throw failure;
     }
     const data = await response.json().catch(() => null);
     if (!response.ok) {
       const detail = data && data.error;
-      const failure = new Error(detail ? detail.message : `HTTP ${response.status}`);
+      const failure = new Error(detail ? detail.message : `The arbiter answered ${response.status}.`);
       failure.field = detail ? detail.field : null;
+      failure.offline = !detail && response.status >= 500; // a proxy's answer, not the arbiter's
       throw failure;
     }
     return data;
   }
 
-  function colorOf(message) {
-    if (message.author_kind !== "persona") return HUMAN_COLOR;
-    const persona = state.personas.get(message.author_id);
-    return persona && persona.color ? persona.color : fallbackColor(message.author_id);
+  // An error shown under a form; one about the connection goes away by itself once the arbiter is back.
+  function showError(node, error) {
+    node.textContent = error ? error.message : "";
+    node.dataset.offline = String(Boolean(error && error.offline));
   }
 
-  function fallbackColor(id) {
-    let hash = 0;
-    for (const char of id) hash = (hash * 31 + char.codePointAt(0)) >>> 0;
-    return FALLBACK_COLORS[hash % FALLBACK_COLORS.length];
+  function clockTime(ms) {
+    return new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
   }
 
-  // Text on a coloured name chip: black or white, whichever reads better (WCAG relative luminance).
+  function duration(ms) {
+    const minutes = Math.max(1, Math.round(ms / 60000));
+    const hours = Math.floor(minutes / 60);
+    return hours ? `${hours} h ${minutes % 60} min` : `${minutes} min`;
+  }
+
+  // --- colours --------------------------------------------------------------------------------------
+
+  // A persona's colour is the one in its file (the arbiter remembers it, also once the persona has left), else one
+  // made from its id: the same in every room and every run, whoever else takes part.
+  function colorOf(personaId) {
+    const present = state.personas.get(personaId);
+    return state.colors[personaId] || (present && present.color) || hashColor(personaId);
+  }
+
+  function hashColor(id) {
+    let hash = 0x811c9dc5; // FNV-1a: ids that differ by one letter still land far apart
+    for (const char of id) hash = Math.imul(hash ^ char.codePointAt(0), 0x01000193) >>> 0;
+    return hslHex(hash % 360, 0.55, 0.42);
+  }
+
+  function hslHex(hue, saturation, lightness) {
+    const a = saturation * Math.min(lightness, 1 - lightness);
+    const channel = (n) => {
+      const k = (n + hue / 30) % 12;
+      const value = lightness - a * Math.max(-1, Math.min(k - 3, 9 - k, 1));
+      return Math.round(value * 255).toString(16).padStart(2, "0");
+    };
+    return `#${channel(0)}${channel(8)}${channel(4)}`;
+  }
+
+  // Text on a coloured name chip: black or white, whichever reads better (WCAG relative luminance). One of the two
+  // always reaches 4.5:1.
   function inkFor(hex) {
     const channels = [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16) / 255);
     const [r, g, b] = channels.map((c) => (c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4));
@@ -84,15 +135,15 @@
     return luminance > 0.179 ? "#111111" : "#ffffff";
   }
 
-  function chip(name, color) {
-    const node = el("span", { class: "who", text: name });
+  function paint(node, color) {
     node.style.setProperty("background-color", color);
     node.style.setProperty("color", inkFor(color));
-    return node;
   }
 
-  function clock(seconds) {
-    return new Date(seconds * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+  function chip(name, color) {
+    const node = el("span", { class: "who", text: name });
+    paint(node, color);
+    return node;
   }
 
   // --- the conversation -----------------------------------------------------------------------------
@@ -104,13 +155,16 @@
       "data-author": message.author_id,
       "data-author-kind": message.author_kind,
     });
-    const head = el("div", { class: "head" }, chip(message.author_name, colorOf(message)));
+    const color = message.author_kind === "persona" ? colorOf(message.author_id) : HUMAN_COLOR;
+    const head = el("div", { class: "head" }, chip(message.author_name, color));
     if (message.tier) {
       item.dataset.tier = message.tier;
       item.dataset.cost = String(message.cost);
-      head.append(el("span", { class: `badge tier-${message.tier}`, title: `cost ${message.cost}`, text: message.tier }));
+      const badge = { class: `badge tier-${message.tier}`, title: `cost ${message.cost}`, text: message.tier };
+      head.append(el("span", badge));
     }
-    head.append(el("time", { datetime: new Date(message.at * 1000).toISOString(), text: clock(message.at) }));
+    const at = message.at * 1000;
+    head.append(el("time", { datetime: new Date(at).toISOString(), text: clockTime(at) }));
     item.append(head, el("p", { class: "text", text: message.text }));
     return item;
   }
@@ -130,22 +184,33 @@
     }
     state.messages.set(message.seq, node);
     state.lastSeq = Math.max(state.lastSeq, message.seq);
-    $("empty").hidden = state.messages.size > 0;
+    showEmpty();
     if (atBottom) scroller.scrollTop = scroller.scrollHeight;
-    if (message.author_kind === "persona" && !state.personas.has(message.author_id)) refreshPersonas();
   }
 
   function removeMessage(seq) {
     const node = state.messages.get(seq);
     if (node) node.remove();
     state.messages.delete(seq);
-    $("empty").hidden = state.messages.size > 0;
+    showEmpty();
+  }
+
+  function showEmpty() {
+    $("loading").hidden = state.loaded;
+    $("empty").hidden = !state.loaded || state.messages.size > 0;
+    $("scroller").setAttribute("aria-busy", String(!state.loaded));
   }
 
   // The history was cleared up to lastSeq. Only those go: seqs go on after it, and a stream that resumed (?after=)
   // may bring the clear after messages said since.
   function clearMessages(lastSeq) {
     for (const seq of [...state.messages.keys()]) if (seq <= lastSeq) removeMessage(seq);
+  }
+
+  function recolorMessages() {
+    for (const node of state.messages.values()) {
+      if (node.dataset.authorKind === "persona") paint(node.querySelector(".who"), colorOf(node.dataset.author));
+    }
   }
 
   // --- the pool -------------------------------------------------------------------------------------
@@ -160,17 +225,33 @@
   }
 
   function showGauge() {
+    const gauge = $("gauge");
+    const strip = $("strip");
     if (state.level === null) return;
     const { level, capacity } = state;
-    const gauge = $("gauge");
     const share = capacity > 0 ? Math.max(0, Math.min(1, level / capacity)) : 0;
+    gauge.dataset.state = "shown";
+    gauge.removeAttribute("aria-busy");
     gauge.setAttribute("aria-valuemax", String(capacity));
     gauge.setAttribute("aria-valuenow", String(level));
     gauge.setAttribute("aria-valuetext", `${level} of ${capacity}`);
-    $("gauge-fill").style.setProperty("width", `${(share * 100).toFixed(1)}%`);
+    const width = `${(share * 100).toFixed(1)}%`;
+    $("gauge-fill").style.setProperty("width", width);
+    $("strip-fill").style.setProperty("width", width);
     $("gauge-text").textContent = `${level} / ${capacity}`;
+    $("strip-level").textContent = `${level}/${capacity}`;
     const costs = tierCosts();
-    gauge.dataset.band = level >= costs.remark ? "high" : level >= costs.aizuchi ? "low" : "empty";
+    const band = level >= costs.remark ? "high" : level >= costs.aizuchi ? "low" : "empty";
+    const quiet = quietReason();
+    for (const node of [gauge, strip]) {
+      node.dataset.band = band;
+      if (quiet) node.dataset.quiet = quiet.kind;
+      else delete node.dataset.quiet;
+    }
+    let note = "";
+    if (state.connection === "lost") note = "last known: offline";
+    else if (quiet) note = `nobody may speak: ${quiet.short}`;
+    $("gauge-note").textContent = note;
     showTierCosts();
   }
 
@@ -180,17 +261,17 @@
   }
 
   function showTierCosts() {
-    const list = $("tier-costs");
     const costs = tierCosts();
-    list.replaceChildren(
+    $("tier-costs").replaceChildren(
       ...TIERS.map((tier) => {
         const affordable = state.level !== null && state.level >= costs[tier];
+        const now = affordable ? " (affordable now)" : " (more than the pool holds now)";
         return el(
           "li",
-          { class: affordable ? "affordable" : "short", "data-tier": tier },
+          { class: affordable ? "affordable" : "short", "data-tier": tier, title: `a ${tier} costs ${costs[tier]}` },
           el("span", { class: `badge tier-${tier}`, text: tier }),
-          ` ${Number.isFinite(costs[tier]) ? costs[tier] : "–"}`,
-          el("span", { class: "visually-hidden", text: affordable ? " (affordable now)" : " (not affordable now)" }),
+          `${Number.isFinite(costs[tier]) ? costs[tier] : "–"}`,
+          el("span", { class: "visually-hidden", text: now }),
         );
       }),
     );
@@ -207,14 +288,17 @@
     const ratio = window.devicePixelRatio || 1;
     const width = canvas.clientWidth || canvas.width;
     const height = canvas.clientHeight || canvas.height;
+    if (!canvas.clientWidth) return; // hidden (a phone showing the conversation): drawn when shown
     if (canvas.width !== Math.round(width * ratio)) {
       canvas.width = Math.round(width * ratio);
       canvas.height = Math.round(height * ratio);
     }
+    const colors = getComputedStyle(document.documentElement);
+    const color = (name) => colors.getPropertyValue(name).trim();
     const g = canvas.getContext("2d");
     g.setTransform(ratio, 0, 0, ratio, 0, 0);
     g.clearRect(0, 0, width, height);
-    g.fillStyle = "#f3f4f6";
+    g.fillStyle = color("--chart-bg");
     g.fillRect(0, 0, width, height);
     if (!state.levels.length) return;
     const now = Date.now();
@@ -223,7 +307,7 @@
     const top = Math.max(...state.levels.map((p) => p.capacity), 1);
     const x = (t) => ((Math.max(t, start) - start) / (seconds * 1000)) * width;
     const y = (level) => height - 2 - (level / top) * (height - 4);
-    g.strokeStyle = "#c7cbd1";
+    g.strokeStyle = color("--chart-grid");
     g.setLineDash([3, 3]);
     g.beginPath();
     g.moveTo(0, y(top));
@@ -241,7 +325,7 @@
     });
     g.lineTo(width, y(state.levels[state.levels.length - 1].level));
     g.lineWidth = 2;
-    g.strokeStyle = "#2f6f4f";
+    g.strokeStyle = color("--chart-line");
     g.stroke();
     const span = `the last ${Math.round(seconds)} s`;
     if ($("chart-span").textContent !== span) {
@@ -252,144 +336,303 @@
 
   // --- the personas ---------------------------------------------------------------------------------
 
-  function setActivity(personaId, what, claimTtl) {
-    const lasts = what === "thinking" ? (claimTtl || 30) * 1000 : what === "waiting" ? Infinity : SETTLE_MS;
+  // From the claim events: thinking while a claim is held, then spoke or passed for a moment. Nothing else sets
+  // these (a replayed message is not someone speaking now).
+  function setActivity(personaId, what) {
+    const ttl = state.settings ? state.settings.claim_ttl_s : 30;
+    const lasts = what === "thinking" ? ttl * 1000 : what === "waiting" ? 0 : SETTLE_MS;
     state.activity.set(personaId, { what, until: Date.now() + lasts });
     showPersonas();
   }
 
+  // Why the arbiter would refuse this persona any turn now, if it would.
+  function heldReason(personaId) {
+    if (state.settings && state.settings.paused) return "paused"; // known at once, before the state is read again
+    const held = state.heldBack[personaId];
+    return held && held.reason !== "paused" ? held.reason : null;
+  }
+
   function activityOf(personaId) {
+    if (state.connection === "lost") return "unknown";
     const entry = state.activity.get(personaId);
-    return entry && entry.until > Date.now() ? entry.what : "waiting";
+    if (entry && entry.until > Date.now()) return entry.what;
+    const held = heldReason(personaId);
+    return held ? HELD_LABELS[held] || "quiet" : "waiting";
   }
 
   function showPersonas() {
+    if (!state.loaded) return;
+    const personas = [...state.personas.values()];
     const list = $("personas");
-    const policies = state.settings ? state.settings.personas : {};
-    list.replaceChildren(
-      ...[...state.personas.values()].map((persona) => {
-        const policy = policies[persona.id];
-        let what = activityOf(persona.id);
-        if (policy && !policy.enabled) what = "off";
-        else if (policy && policy.muted) what = "muted";
-        const color = persona.color || fallbackColor(persona.id);
+    list.removeAttribute("aria-busy");
+    const items = personas.map((persona) => {
+      const what = activityOf(persona.id);
+      const held = state.heldBack[persona.id];
+      const attrs = { "data-persona": persona.id, "data-activity": what };
+      if (held && held.detail) attrs.title = held.detail;
+      return el(
+        "li",
+        attrs,
+        chip(persona.display_name, colorOf(persona.id)),
+        el("span", { class: `activity activity-${what}`, text: what }),
+      );
+    });
+    list.replaceChildren(...(items.length ? items : [el("li", { class: "placeholder", text: "No personas here." })]));
+    $("strip-personas").replaceChildren(
+      ...personas.map((persona) => {
+        const what = activityOf(persona.id);
         return el(
           "li",
           { "data-persona": persona.id, "data-activity": what },
-          chip(persona.display_name, color),
+          chip(persona.display_name, colorOf(persona.id)),
           el("span", { class: `activity activity-${what}`, text: what }),
         );
       }),
     );
   }
 
-  async function refreshPersonas() {
-    if (state.refreshing) return;
-    state.refreshing = true;
-    try {
-      const snapshot = await request("GET", "snapshot");
-      setPersonas(snapshot.personas);
-    } catch (error) {
-      console.warn("could not refresh the personas:", error.message);
-    } finally {
-      state.refreshing = false;
+  // --- why the room is quiet ------------------------------------------------------------------------
+
+  // The reason nobody may speak now, in words; null when someone may. Read from the settings and from what the
+  // arbiter says of each persona (heldBack), not worked out here.
+  function quietReason() {
+    const settings = state.settings;
+    if (!settings || !state.loaded) return null;
+    if (!settings.enabled) {
+      return { kind: "off", short: "switched off", text: "The personas are switched off in this room." };
     }
+    if (settings.paused) {
+      return {
+        kind: "paused",
+        short: "paused",
+        text: "Paused: the personas stay quiet until you resume.",
+        action: "Resume",
+      };
+    }
+    const ids = [...state.personas.keys()];
+    if (!ids.length) return null;
+    const held = ids.map((id) => heldReason(id) && state.heldBack[id]);
+    if (!held.every(Boolean)) return null;
+    const budget = held.find((why) => why.reason === "budget");
+    if (budget) {
+      const text = "Today's token budget is spent: the personas are quiet until it resets";
+      if (budget.retry_after == null) return { kind: "budget", short: "the budget is spent", text: `${text}.` };
+      const at = state.heldBackAt + budget.retry_after * 1000;
+      const when = `${clockTime(at)} (in ${duration(at - Date.now())})`;
+      return { kind: "budget", short: "the budget is spent", text: `${text} at ${when}, or raise it in the settings.` };
+    }
+    if (held.some((why) => why.reason === "idle_cap")) {
+      const turns = state.status ? state.status.bot_streak : state.settings.idle_cap;
+      const taken = `${turns} ${turns === 1 ? "turn" : "turns"} without a person (the idle cap)`;
+      const text = `The personas have taken ${taken}: say something to wake them.`;
+      return { kind: "idle", short: "the idle cap", text };
+    }
+    return { kind: "muted", short: "all muted or off", text: "Every persona is muted or switched off in this room." };
   }
 
-  function setPersonas(personas) {
-    state.personas = new Map(personas.map((p) => [p.id, p]));
+  function showQuiet() {
+    const quiet = state.connection === "lost" ? null : quietReason();
+    const banner = $("quiet");
+    banner.hidden = !quiet;
+    banner.dataset.kind = quiet ? quiet.kind : "";
+    if (quiet) $("quiet-text").textContent = quiet.text;
+    const action = $("quiet-action");
+    action.hidden = !(quiet && quiet.action);
+    if (quiet && quiet.action) action.textContent = quiet.action;
+    showGauge();
+  }
+
+  function showNotice(notice) {
+    const hidden = notice && sessionStorage.getItem(NOTICE_KEY) === notice;
+    $("notice").hidden = !notice || hidden;
+    $("notice-text").textContent = notice || "";
+  }
+
+  // --- the room's state: personas, who is held back, settings ---------------------------------------
+
+  function applyState(room) {
+    state.personas = new Map(room.personas.map((p) => [p.id, p]));
+    state.colors = room.colors || {};
+    state.heldBack = room.held_back || {};
+    state.heldBackAt = Date.now();
+    state.status = room.status;
+    applySettings(room.settings);
+    showNotice(room.notice);
+    recolorMessages();
     showPersonas();
-    for (const node of state.messages.values()) {
-      if (node.dataset.authorKind !== "persona") continue;
-      const persona = state.personas.get(node.dataset.author);
-      const color = persona && persona.color ? persona.color : fallbackColor(node.dataset.author);
-      const who = node.querySelector(".who");
-      who.style.setProperty("background-color", color);
-      who.style.setProperty("color", inkFor(color));
+    showQuiet();
+  }
+
+  // Read the state again soon; events in a burst make one read.
+  function readStateSoon(delay = 150) {
+    if (state.readTimer !== null) return;
+    state.readTimer = window.setTimeout(() => {
+      state.readTimer = null;
+      readState();
+    }, delay);
+  }
+
+  async function readState() {
+    if (state.reading) {
+      state.readAgain = true;
+      return;
+    }
+    state.reading = request("GET", "state");
+    try {
+      applyState(await state.reading);
+    } catch (error) {
+      console.warn("could not read the room's state:", error.message);
+    } finally {
+      state.reading = null;
+    }
+    if (state.readAgain) {
+      state.readAgain = false;
+      readState();
     }
   }
 
   // --- settings -------------------------------------------------------------------------------------
 
+  const settingInputs = () => [...$("settings").querySelectorAll("input[name]")];
+
   function settingValue(settings, name) {
     return name.split(".").reduce((value, key) => (value == null ? undefined : value[key]), settings);
+  }
+
+  function shownValue(value) {
+    return value == null ? "" : String(value);
   }
 
   function applySettings(settings) {
     const previous = state.settings;
     state.settings = settings;
-    for (const input of $("settings").querySelectorAll("input[name]")) {
-      const value = String(settingValue(settings, input.name));
+    for (const input of settingInputs()) {
+      const value = shownValue(settingValue(settings, input.name));
       // A field the person is editing keeps what they typed; the others follow the channel.
-      const edited = previous && input.value !== String(settingValue(previous, input.name));
+      const edited = previous && input.value !== shownValue(settingValue(previous, input.name));
       if (!edited || input.value === value) {
         input.value = value;
-        input.removeAttribute("aria-invalid");
+        markInvalid(input, false);
       }
     }
     const pause = $("pause");
     pause.textContent = settings.paused ? "Resume" : "Pause";
     pause.setAttribute("aria-pressed", String(settings.paused));
-    $("paused-note").hidden = !settings.paused;
     document.body.classList.toggle("paused", settings.paused);
-    showGauge(); // the tiers' costs may have changed; the level itself comes with its own event
     showTierCosts();
     showPersonas();
+    showQuiet(); // also the gauge: the tiers' costs may have changed
   }
 
-  function changedSettings() {
+  function markInvalid(input, invalid) {
+    if (invalid) {
+      input.setAttribute("aria-invalid", "true");
+      input.setAttribute("aria-describedby", "settings-error");
+    } else {
+      input.removeAttribute("aria-invalid");
+      input.removeAttribute("aria-describedby");
+    }
+  }
+
+  // The fields the person changed, as a patch; each changed input in `changed`.
+  function changedSettings(changed) {
     const changes = {};
-    for (const input of $("settings").querySelectorAll("input[name]")) {
+    for (const input of settingInputs()) {
       const text = input.value.trim();
-      if (text === String(settingValue(state.settings, input.name))) continue;
-      const number = text === "" ? NaN : Number(text);
-      if (Number.isNaN(number)) {
-        const problem = new Error(`${input.getAttribute("aria-label") || input.name}: enter a number`);
-        problem.field = input.name;
-        throw problem;
+      if (text === shownValue(settingValue(state.settings, input.name))) continue;
+      let value;
+      if (text === "" && input.dataset.empty === "null") value = null;
+      else {
+        value = text === "" ? NaN : Number(text);
+        if (Number.isNaN(value)) {
+          const problem = new Error(`${labelOf(input.name)}: enter a number.`);
+          problem.field = input.name;
+          changed.push(input);
+          throw problem;
+        }
       }
+      changed.push(input);
       const path = input.name.split(".");
       let target = changes;
       for (const key of path.slice(0, -1)) target = target[key] = target[key] || {};
-      target[path[path.length - 1]] = number;
+      target[path[path.length - 1]] = value;
     }
     return changes;
   }
 
-  function showSettingsError(error) {
-    $("settings-note").textContent = "";
-    $("settings-error").textContent = error.message;
-    const form = $("settings");
-    for (const input of form.querySelectorAll("input[name]")) input.removeAttribute("aria-invalid");
-    // The API names the field ("tiers.remark.cost"); mark that input, or the closest one it is part of.
-    const field = error.field || "";
-    const related = (name) => name === field || field.startsWith(`${name}.`) || name.startsWith(`${field}.`);
-    const input = [...form.querySelectorAll("input[name]")].find((candidate) => related(candidate.name));
-    if (input) {
-      input.setAttribute("aria-invalid", "true");
-      input.focus();
-    }
+  function labelOf(name) {
+    const input = settingInputs().find((candidate) => candidate.name === name);
+    if (input) return input.dataset.label;
+    return name.replace(/^tiers\./, "").replaceAll(".", " ").replaceAll("_", " ");
   }
 
-  async function saveSettings(changes, done) {
-    $("settings-error").textContent = "";
+  // The arbiter's error in the panel's words: the fields by their labels (not "tiers.aizuchi.recovery_s"), and the
+  // input to mark: the one it names if the person changed it, else the one they changed that led to it (a cost
+  // raised above the next tier's is the cost they raised, although the rule names the next tier).
+  function explain(error, changed) {
+    const field = error.field || "";
+    let message = error.message;
+    const prefix = `${field}: `;
+    const fragment = Boolean(field) && message.startsWith(prefix); // "tiers.x.cost: Input should be ..."
+    if (fragment) message = message.slice(prefix.length);
+    message = message
+      .replace(/^Input should be greater than or equal to (\S+)/, "must be at least $1")
+      .replace(/^Input should be less than or equal to (\S+)/, "must be at most $1")
+      .replace(/^Input should be a valid integer.*/, "must be a whole number")
+      .replace(/^Input should be a valid number.*/, "must be a number")
+      .replace(/^Input should be /, "must be ");
+    const names = new Set(settingInputs().map((input) => input.name));
+    if (field) names.add(field);
+    for (const name of [...names].sort((a, b) => b.length - a.length)) {
+      if (name.includes(".") || name.includes("_")) message = message.replaceAll(name, labelOf(name));
+    }
+    const named = changed.find((input) => input.name === field);
+    const kind = field.split(".").pop();
+    const sameKind = changed.filter((input) => input.name.split(".").pop() === kind);
+    const marked = named ? [named] : sameKind.length ? sameKind : changed.length === 1 ? changed : [];
+    const target = marked.length ? marked : settingInputs().filter((input) => input.name === field);
+    const about = target.length ? target[0].name : field;
+    let text = message;
+    if (fragment) text = `${labelOf(field)} ${message}`;
+    else if (about && about !== field) text = `${labelOf(about)}: ${message}`;
+    if (!/[.!?]$/.test(text)) text += ".";
+    return { text: text.charAt(0).toUpperCase() + text.slice(1), inputs: target };
+  }
+
+  function showSettingsError(error, changed) {
+    $("settings-note").textContent = "";
+    for (const input of settingInputs()) markInvalid(input, false);
+    if (error.offline) {
+      showError($("settings-error"), error);
+      return;
+    }
+    const { text, inputs } = explain(error, changed);
+    showError($("settings-error"), { message: text, offline: false });
+    for (const input of inputs) markInvalid(input, true);
+    if (inputs.length) inputs[0].focus();
+    $("settings-error").scrollIntoView({ block: "nearest" }); // below the buttons, which may be at the fold
+  }
+
+  async function saveSettings(changes, done, changed = []) {
+    showError($("settings-error"), null);
     try {
       const settings = await request("PATCH", "settings", changes);
-      for (const input of $("settings").querySelectorAll("input[name]")) input.removeAttribute("aria-invalid");
+      for (const input of settingInputs()) markInvalid(input, false);
       applySettings(settings);
       $("settings-note").textContent = done;
+      readStateSoon(0);
     } catch (error) {
-      showSettingsError(error);
+      showSettingsError(error, changed);
     }
   }
 
-  // --- the event stream -----------------------------------------------------------------------------
+  // --- the event stream and the connection -----------------------------------------------------------
 
   function onEvent(event) {
     switch (event.type) {
       case "message":
         showMessage(event.message);
-        if (event.message.author_kind === "persona") setActivity(event.message.author_id, "spoke");
+        readStateSoon(); // the bots' turns since a person spoke, a persona new to the page
         break;
       case "edited":
         if (state.messages.has(event.message.seq)) showMessage(event.message);
@@ -407,11 +650,12 @@
         break;
       case "settings":
         applySettings(event.settings);
+        readStateSoon(0);
         break;
       case "claim": {
         const claim = event.claim;
         const what = { held: "thinking", spoken: "spoke", released: "passed", retracted: "waiting" }[claim.state];
-        if (what) setActivity(claim.persona, what, state.settings && state.settings.claim_ttl_s);
+        if (what) setActivity(claim.persona, what);
         break;
       }
       default:
@@ -419,10 +663,62 @@
     }
   }
 
-  function setConnection(what, text) {
+  function setConnection(what) {
+    state.connection = what;
+    document.body.dataset.connection = what;
     const node = $("connection");
-    node.dataset.state = what;
-    node.textContent = text;
+    node.dataset.state = what === "lost" ? "offline" : what;
+    node.textContent = { connecting: "connecting…", live: "live", lost: "offline" }[what];
+  }
+
+  // The arbiter cannot be reached: say so, show what the page knows as no longer live, and try again, counting down.
+  function lost(retry) {
+    setConnection("lost");
+    const wait = state.retryMs;
+    state.retryMs = Math.min(state.retryMs * 2, MAX_RETRY_MS);
+    state.retryAt = Date.now() + wait;
+    window.clearTimeout(state.retryTimer);
+    state.retryTimer = window.setTimeout(() => {
+      state.retryAt = null;
+      showOutage();
+      retry();
+    }, wait);
+    state.retry = retry;
+    showOutage();
+    showPersonas();
+    showQuiet();
+  }
+
+  function showOutage() {
+    const banner = $("outage");
+    banner.hidden = state.connection !== "lost";
+    if (banner.hidden) return;
+    const what = state.loaded
+      ? "The arbiter cannot be reached: the room is not live."
+      : "The room cannot be loaded: the arbiter cannot be reached.";
+    const seconds = state.retryAt === null ? 0 : Math.ceil((state.retryAt - Date.now()) / 1000);
+    $("outage-text").textContent = seconds > 0 ? `${what} Trying again in ${seconds} s…` : `${what} Trying again…`;
+  }
+
+  function reconnectNow() {
+    if (state.connection !== "lost" || state.retryAt === null) return;
+    window.clearTimeout(state.retryTimer);
+    state.retryAt = null;
+    showOutage();
+    state.retry();
+  }
+
+  // Back: the banner goes, and so do the errors that were only about the connection.
+  function recovered() {
+    state.retryMs = 500;
+    state.retryAt = null;
+    setConnection("live");
+    showOutage();
+    for (const node of [$("say-error"), $("settings-error")]) {
+      if (node.dataset.offline === "true") showError(node, null);
+    }
+    showPersonas();
+    showQuiet();
   }
 
   // The stream replays the messages after the seq it is given as they are now, then sends the level. Asking
@@ -436,13 +732,8 @@
     const after = recent.length ? Math.min(...recent) - 1 : state.lastSeq;
     let replayed = new Set(); // seqs the replay brought; null once it is over
     const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-    const url = `${scheme}//${location.host}${apiUrl("events")}?after=${after}`;
-    const socket = new WebSocket(url);
+    const socket = new WebSocket(`${scheme}//${location.host}${apiUrl("events")}?after=${after}`);
     state.socket = socket;
-    socket.addEventListener("open", () => {
-      state.retryMs = 500;
-      setConnection("live", "live");
-    });
     socket.addEventListener("message", (frame) => {
       try {
         const event = JSON.parse(frame.data);
@@ -450,6 +741,9 @@
         if (replayed && event.type === "level") {
           for (const seq of recent) if (!replayed.has(seq)) removeMessage(seq);
           replayed = null;
+          // Live from here on; what changed while the page was away (settings, who is held back) is read again.
+          if (state.connection !== "live") recovered();
+          readStateSoon(0);
         }
         onEvent(event);
       } catch (error) {
@@ -459,21 +753,51 @@
     socket.addEventListener("close", () => {
       if (state.socket !== socket) return;
       state.socket = null;
-      const wait = state.retryMs;
-      state.retryMs = Math.min(state.retryMs * 2, 8000);
-      setConnection("reconnecting", `reconnecting in ${Math.ceil(wait / 1000)} s…`);
-      window.setTimeout(connect, wait);
+      lost(connect);
     });
+  }
+
+  async function load() {
+    let snapshot;
+    try {
+      snapshot = await request("GET", "snapshot");
+    } catch (error) {
+      if (!error.offline) {
+        $("outage-text").textContent = `The room cannot be loaded: ${error.message}`;
+        $("outage").hidden = false;
+        return;
+      }
+      lost(load);
+      return;
+    }
+    state.loaded = true;
+    for (const message of snapshot.history) showMessage(message);
+    state.lastSeq = snapshot.last_seq;
+    applyState(snapshot);
+    setLevel(snapshot.status.level, snapshot.status.capacity);
+    showEmpty();
+    $("scroller").scrollTop = $("scroller").scrollHeight;
+    connect();
+  }
+
+  // --- on a phone: the conversation, or the pool and settings in its place ---------------------------
+
+  function setView(view) {
+    document.body.dataset.view = view;
+    const toggle = $("view-toggle");
+    toggle.setAttribute("aria-expanded", String(view === "side"));
+    toggle.textContent = view === "side" ? "Conversation" : "Pool & settings";
+    if (view === "side") drawChart();
   }
 
   // --- start ----------------------------------------------------------------------------------------
 
-  async function start() {
+  function start() {
     $("room-name").textContent = channelId;
     document.title = `${channelId} · aizuchi room`;
     $("switch-room").value = channelId;
     const name = $("name");
-    name.value = localStorage.getItem(NAME_KEY) || "";
+    name.value = localStorage.getItem(NAME_KEY) || DEFAULT_NAME;
     name.addEventListener("input", () => localStorage.setItem(NAME_KEY, name.value.trim()));
 
     $("switch").addEventListener("submit", (event) => {
@@ -481,6 +805,14 @@
       const input = $("switch-room");
       if (input.reportValidity()) location.assign(`/room/${encodeURIComponent(input.value.trim())}`);
     });
+    $("view-toggle").addEventListener("click", () => setView(document.body.dataset.view === "side" ? "chat" : "side"));
+    $("reconnect").addEventListener("click", reconnectNow);
+    $("notice-hide").addEventListener("click", () => {
+      sessionStorage.setItem(NOTICE_KEY, $("notice-text").textContent);
+      $("notice").hidden = true;
+    });
+    $("notice-text").addEventListener("click", () => $("notice").toggleAttribute("data-expanded"));
+    $("quiet-action").addEventListener("click", () => saveSettings({ paused: false }, "Resumed."));
 
     const text = $("text");
     text.addEventListener("keydown", (event) => {
@@ -495,40 +827,53 @@
       const error = $("say-error");
       const body = { name: name.value.trim(), text: text.value.trim() };
       if (!body.name) {
-        error.textContent = "Enter your name first.";
+        showError(error, { message: "Enter your name first." });
         name.focus();
         return;
       }
-      if (!body.text) return;
+      if (!body.text) {
+        text.focus();
+        return;
+      }
       const send = $("send");
       send.disabled = true;
       try {
         await request("POST", "say", body);
-        error.textContent = "";
+        showError(error, null);
         text.value = "";
       } catch (failure) {
-        error.textContent = failure.message;
+        showError(error, failure);
       } finally {
         send.disabled = false;
         text.focus();
       }
     });
 
+    $("settings").addEventListener("input", (event) => {
+      // A field put right is no longer marked; once none is, the error goes too.
+      markInvalid(event.target, false);
+      if (!settingInputs().some((input) => input.getAttribute("aria-invalid") === "true")) {
+        showError($("settings-error"), null);
+      }
+      $("settings-note").textContent = "";
+    });
     $("settings").addEventListener("submit", async (event) => {
       event.preventDefault();
+      const changed = [];
       let changes;
       try {
-        changes = changedSettings();
+        changes = changedSettings(changed);
       } catch (problem) {
-        showSettingsError(problem);
+        showSettingsError(problem, changed);
         return;
       }
       if (!Object.keys(changes).length) {
-        $("settings-error").textContent = "";
+        for (const input of settingInputs()) markInvalid(input, false);
+        showError($("settings-error"), null);
         $("settings-note").textContent = "Nothing changed.";
         return;
       }
-      await saveSettings(changes, "Saved.");
+      await saveSettings(changes, "Saved.", changed);
     });
     $("pause").addEventListener("click", () => {
       const paused = !(state.settings && state.settings.paused);
@@ -539,24 +884,19 @@
       pruneLevels();
       drawChart();
       showPersonas();
+      showQuiet(); // the budget's countdown
     }, 1000);
+    window.setInterval(() => {
+      if (state.connection === "lost") showOutage();
+    }, 250);
+    window.setInterval(() => {
+      if (state.connection === "live") readState();
+    }, STATE_EVERY_MS);
     window.addEventListener("resize", drawChart);
+    window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", drawChart);
 
-    try {
-      const snapshot = await request("GET", "snapshot");
-      $("notice").textContent = snapshot.notice || "";
-      $("notice").hidden = !snapshot.notice;
-      setPersonas(snapshot.personas);
-      applySettings(snapshot.settings);
-      for (const message of snapshot.history) showMessage(message);
-      state.lastSeq = snapshot.last_seq;
-      setLevel(snapshot.status.level, snapshot.status.capacity);
-      $("scroller").scrollTop = $("scroller").scrollHeight;
-    } catch (error) {
-      setConnection("offline", `cannot load the room: ${error.message}`);
-      return;
-    }
-    connect();
+    showEmpty();
+    load();
   }
 
   start();

@@ -223,3 +223,48 @@ async def test_refused_settings_get_the_same_error_as_the_admin_api(room: Room, 
     from_room = await room.call("PATCH", "/room/api/lobby/settings", json=changes, expect=422)
     from_api = await room.call("PATCH", "/v1/channels/lobby/settings", json=changes, headers=auth("admin"), expect=422)
     assert from_room == from_api
+
+
+# --- the room's state: what the page shows beside the conversation --------------------------------------------
+
+
+async def test_state_is_the_snapshot_without_the_history(room: Room) -> None:
+    await room.say("hello")
+    snapshot = await room.snapshot()
+    state = await room.call("GET", "/room/api/lobby/state")
+    assert state == {key: value for key, value in snapshot.items() if key not in {"history", "last_seq"}}
+    assert state["held_back"] == {}
+
+
+async def test_state_says_which_personas_are_held_back_and_why(room: Room) -> None:
+    await room.snapshot()  # opens the room
+    await room.service.set_persona("lobby", "mio", muted=True)
+    held_back = (await room.call("GET", "/room/api/lobby/state"))["held_back"]
+    assert {pid: why["reason"] for pid, why in held_back.items()} == {"mio": "muted"}
+
+    await room.patch({"paused": True})
+    held_back = (await room.call("GET", "/room/api/lobby/state"))["held_back"]
+    assert {pid: why["reason"] for pid, why in held_back.items()} == {"hana": "paused", "kai": "paused", "mio": "muted"}
+
+
+async def test_state_says_when_the_bots_have_had_their_turns(room: Room) -> None:
+    await room.patch({"idle_cap": 1})
+    await room.say("hello")
+    await room.service.consume("lobby", "kai", "うん", tier=Tier.AIZUCHI)
+    held_back = (await room.call("GET", "/room/api/lobby/state"))["held_back"]
+    assert {why["reason"] for why in held_back.values()} == {"idle_cap"}
+    assert set(held_back) == {"hana", "kai", "mio"}
+    assert all(why["retry_after"] is None for why in held_back.values())  # only a person's message lifts it
+    await room.say("and now?")
+    assert (await room.call("GET", "/room/api/lobby/state"))["held_back"] == {}
+
+
+async def test_state_says_when_a_spent_budget_comes_back(room: Room, clock: FakeClock) -> None:
+    midnight = (clock.value // 86_400 + 1) * 86_400  # the next UTC midnight
+    clock.advance(midnight - clock.value - 3600)
+    await room.patch({"daily_token_budget": 100})
+    await room.service.report_usage("lobby", "hana", 90, 10)
+    held_back = (await room.call("GET", "/room/api/lobby/state"))["held_back"]
+    assert {pid: (why["reason"], why["retry_after"]) for pid, why in held_back.items()} == {
+        pid: ("budget", 3600.0) for pid in ("hana", "kai", "mio")
+    }

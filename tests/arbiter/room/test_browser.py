@@ -2,8 +2,12 @@
 arbiter served in process with real persona runtimes on the scripted provider.
 
 Skips with the reason when /usr/bin/chromium or the playwright package is missing, unless
-AIZUCHI_REQUIRE_SERVICES=1, which turns the skip into a failure. Saves a screenshot to test-artifacts/room.png.
-Playwright drives the system's Chromium (``executable_path``): ``playwright install`` is never needed.
+AIZUCHI_REQUIRE_SERVICES=1, which turns the skip into a failure. Playwright drives the system's Chromium
+(``executable_path``): ``playwright install`` is never needed.
+
+Screenshots of the room on a phone and on a desktop, light and dark, go to test-artifacts/ (gitignored). With
+AIZUCHI_README_SCREENSHOT=<path> (``make screenshot`` sets docs/room.png), the desktop one in the light theme, with
+the default settings, is also saved there: the README's picture.
 """
 
 from __future__ import annotations
@@ -11,13 +15,20 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import re
+import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from aizuchi.fleet import Cast, offline_notice
 from arbiter.contract import Tier
-from tests.support.room import room_server
+from bots.llm.profiles import ProviderProfile
+from bots.persona import load_personas
+from tests.support.fleet import eventually
+from tests.support.proxy import tcp_proxy
+from tests.support.room import PERSONAS_DIR, ROOM_PERSONAS, room_server
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -37,6 +48,8 @@ FLAGS = [
     "--no-first-run",
 ]
 ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts"
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1366, "height": 800}
 
 # What the person says, one line at a time, until the personas have shown what the test waits for.
 LINES = [
@@ -77,18 +90,31 @@ async def browser() -> AsyncIterator[Browser]:
             await launched.close()
 
 
+async def new_page(browser: Browser, *, viewport: dict[str, int] = DESKTOP, scheme: str = "light") -> Page:
+    """A page in a fresh context (its own storage): a person's first visit, on a screen of this size and theme."""
+    context = await browser.new_context(viewport=viewport, color_scheme=scheme)  # type: ignore[arg-type]
+    page = await context.new_page()
+    page.set_default_timeout(10_000)
+    return page
+
+
 # --- reading the page -----------------------------------------------------------------------------------
 
 WATCH = """() => {
-  // The test's own eyes on the page: every gauge value and persona activity shown, however briefly.
-  window.seen = { levels: [], activities: new Set() };
+  // The test's own eyes on the page: every gauge value, persona activity and outage text shown, however briefly.
+  window.seen = { levels: [], activities: [], outage: [] };
   const gauge = document.getElementById("gauge");
   new MutationObserver(() => window.seen.levels.push(Number(gauge.getAttribute("aria-valuenow"))))
     .observe(gauge, { attributes: true, attributeFilter: ["aria-valuenow"] });
   const personas = document.getElementById("personas");
   new MutationObserver(() => {
-    for (const item of personas.querySelectorAll("li")) window.seen.activities.add(item.dataset.activity);
+    for (const item of personas.querySelectorAll("li[data-persona]")) {
+      window.seen.activities.push([item.dataset.persona, item.dataset.activity]);
+    }
   }).observe(personas, { childList: true });
+  const outage = document.getElementById("outage-text");
+  new MutationObserver(() => window.seen.outage.push(outage.textContent))
+    .observe(outage, { childList: true, characterData: true, subtree: true });
 }"""
 
 FELL_AND_RECOVERED = """(capacity) => {
@@ -107,25 +133,131 @@ CHART_DRAWN = """() => {
   return false;
 }"""
 
+# Every piece of text shown, and the text in every field, against what is behind it: the WCAG contrast ratio,
+# with the colours blended through transparency and opacity as the browser paints them.
+CONTRAST = """() => {
+  const parse = (css) => {
+    const m = css.match(/rgba?\\(([^)]+)\\)/);
+    if (!m) return null;
+    const p = m[1].split(/[\\s,\\/]+/).filter(Boolean).map(Number);
+    return { r: p[0], g: p[1], b: p[2], a: p.length > 3 ? p[3] : 1 };
+  };
+  const over = (top, bottom) => ({
+    r: top.r * top.a + bottom.r * (1 - top.a), g: top.g * top.a + bottom.g * (1 - top.a),
+    b: top.b * top.a + bottom.b * (1 - top.a), a: 1,
+  });
+  const luminance = ({ r, g, b }) => {
+    const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+  };
+  const behind = (node) => {
+    const layers = [];
+    for (let n = node; n; n = n.parentElement) {
+      const style = getComputedStyle(n);
+      if (style.backgroundImage !== "none") return null; // a pattern: not text's background
+      const color = parse(style.backgroundColor);
+      if (color && color.a > 0) { layers.push(color); if (color.a >= 1) break; }
+    }
+    return layers.reverse().reduce((bottom, top) => over(top, bottom), { r: 255, g: 255, b: 255, a: 1 });
+  };
+  const opacity = (node) => {
+    let value = 1;
+    for (let n = node; n; n = n.parentElement) value *= Number(getComputedStyle(n).opacity);
+    return value;
+  };
+  const nodes = new Set();
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  while (walker.nextNode()) if (walker.currentNode.textContent.trim()) nodes.add(walker.currentNode.parentElement);
+  for (const field of document.querySelectorAll("input, textarea")) if (field.value) nodes.add(field);
+  const failures = [];
+  let checked = 0;
+  for (const node of nodes) {
+    if (!node.checkVisibility({ visibilityProperty: true })) continue;
+    const box = node.getBoundingClientRect();
+    if (box.width <= 1 || box.height <= 1) continue; // visually hidden, for screen readers
+    if (node.closest("button:disabled, canvas")) continue; // WCAG exempts inactive controls
+    const background = behind(node);
+    if (!background) continue;
+    const ink = parse(getComputedStyle(node).color);
+    ink.a *= opacity(node);
+    const text = over(ink, background);
+    const [light, dark] = [luminance(text), luminance(background)].sort((a, b) => b - a);
+    const ratio = (light + 0.05) / (dark + 0.05);
+    checked += 1;
+    if (ratio < 4.5) {
+      failures.push({ text: (node.value || node.textContent).trim().slice(0, 40), ratio: ratio.toFixed(2),
+                      color: getComputedStyle(node).color, background: JSON.stringify(background) });
+    }
+  }
+  return { checked, failures };
+}"""
+
+# Elements that reach past the right edge of the window: the page would scroll sideways.
+OVERFLOW = """() => {
+  const width = document.documentElement.clientWidth;
+  const out = [...document.querySelectorAll("body *")].filter((node) => {
+    const box = node.getBoundingClientRect();
+    return box.width > 0 && (box.right > width + 0.5 || box.left < -0.5);
+  });
+  return { scroll: document.documentElement.scrollWidth - width,
+           out: out.slice(0, 5).map((node) => node.id || node.className || node.tagName) };
+}"""
+
+BACKGROUND_LUMINANCE = """() => {
+  const [r, g, b] = getComputedStyle(document.documentElement).backgroundColor.match(/\\d+/g).map(Number);
+  return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255;
+}"""
+
 
 async def messages(page: Page) -> list[dict[str, str]]:
-    """The conversation as shown: each message's seq, author kind, tier, cost and text."""
+    """The conversation as shown: each message's seq, author, tier, cost, name, text and chip colour."""
     shown: list[dict[str, str]] = await page.eval_on_selector_all(
         "#messages li",
         """items => items.map((item) => ({
-          seq: item.dataset.seq, kind: item.dataset.authorKind, tier: item.dataset.tier || "",
-          cost: item.dataset.cost || "", name: item.querySelector(".who").textContent,
+          seq: item.dataset.seq, kind: item.dataset.authorKind, author: item.dataset.author,
+          tier: item.dataset.tier || "", cost: item.dataset.cost || "", name: item.querySelector(".who").textContent,
           text: item.querySelector(".text").textContent,
+          color: getComputedStyle(item.querySelector(".who")).backgroundColor,
         }))""",
     )
     return shown
+
+
+async def activities(page: Page) -> dict[str, str]:
+    """What the personas panel says each persona is doing."""
+    shown: dict[str, str] = await page.eval_on_selector_all(
+        "#personas li[data-persona]",
+        "items => Object.fromEntries(items.map((item) => [item.dataset.persona, item.dataset.activity]))",
+    )
+    return shown
+
+
+async def seen_activities(page: Page) -> set[str]:
+    return {what for _persona, what in await page.evaluate("() => window.seen.activities")}
+
+
+async def all_personas(page: Page, activity: str) -> None:
+    """Wait until the personas panel shows every persona doing ``activity``."""
+    await page.wait_for_function(
+        "(what) => [...document.querySelectorAll('#personas li')].every((li) => li.dataset.activity === what)",
+        arg=activity,
+    )
 
 
 async def say(page: Page, text: str) -> None:
     await page.fill("#text", text)
     await page.press("#text", "Enter")
     await page.locator("#messages li[data-author-kind='human'] .text", has_text=text).last.wait_for()
-    assert await page.input_value("#text") == ""
+    # Cleared once the arbiter has answered the post (the stream may bring the message a moment before).
+    await page.wait_for_function("() => document.getElementById('text').value === ''")
+
+
+async def persona_spoke_after(page: Page, seq: int) -> bool:
+    return any(m["kind"] == "persona" and int(m["seq"]) > seq for m in await messages(page))
+
+
+async def last_seq(page: Page) -> int:
+    return max((int(m["seq"]) for m in await messages(page)), default=0)
 
 
 async def converse_until(
@@ -156,23 +288,39 @@ def watch_problems(page: Page) -> list[tuple[str, str]]:
     return problems
 
 
-# --- the test, in the order a person would go -----------------------------------------------------------
+async def open_room(page: Page, url: str) -> None:
+    await page.goto(url)
+    await page.locator("#connection[data-state='live']").wait_for()
+    await page.evaluate(WATCH)
 
 
-async def open_the_room(page: Page, room: RoomServer) -> None:
-    """/ leads to the lobby, which the personas join; the page lists them and follows the stream."""
+async def contrast_failures(page: Page) -> list[dict[str, Any]]:
+    result: dict[str, Any] = await page.evaluate(CONTRAST)
+    assert result["checked"] > 20, result  # it did look at the page
+    failures: list[dict[str, Any]] = result["failures"]
+    return failures
+
+
+# --- a person's first visit, on a desktop -----------------------------------------------------------------
+
+
+async def first_visit(page: Page, room: RoomServer) -> None:
+    """/ leads to the lobby, which the personas join; the page lists them, follows the stream, and the first
+    Enter sends (the name field has a name in it)."""
     await page.goto(room.url + "/")
     assert page.url == room.url + "/room/lobby"
     await page.locator("#connection[data-state='live']").wait_for()
     assert room.opened == ["lobby"]
-    listed = await page.eval_on_selector_all("#personas li", "items => items.map((item) => item.dataset.persona)")
-    assert sorted(listed) == ["juno", "rin", "theo"]
+    assert sorted(await activities(page)) == ["juno", "rin", "theo"]
     await page.evaluate(WATCH)
+    assert await page.input_value("#name") == "Guest"
+    await say(page, "Hello!")
+    assert (await messages(page))[-1]["name"] == "Guest"
+    await page.fill("#name", "Yui")
 
 
 async def chat(page: Page, room: RoomServer, lines: Iterator[str]) -> None:
     """Type; see a remark and an aizuchi; see the gauge fall and recover, the chart and the personas' activity."""
-    await page.fill("#name", "Yui")
 
     async def remark_and_aizuchi() -> bool:
         return {"aizuchi", "remark"} <= {tier for tier, _cost in await shown_tiers(page)}
@@ -187,19 +335,45 @@ async def chat(page: Page, room: RoomServer, lines: Iterator[str]) -> None:
     # Recovery is 1 s here, so the pool is full again soon after the personas stop.
     await page.wait_for_function(FELL_AND_RECOVERED, arg=100, timeout=15_000)
     await page.wait_for_function(CHART_DRAWN)
-    activities = set(await page.evaluate("() => [...window.seen.activities]"))
-    assert {"thinking", "spoke"} <= activities, activities
+    assert {"thinking", "spoke"} <= await seen_activities(page)
+
+
+async def refused(page: Page, field: str, value: str) -> tuple[str, list[str]]:
+    """Type ``value`` into the settings field ``field`` and apply: the error shown, and the fields marked."""
+    await page.fill(f"#settings input[name='{field}']", value)
+    await page.click("#apply")
+    await page.locator("#settings-error:not(:empty)").wait_for()
+    marked = await page.eval_on_selector_all(
+        "#settings input[aria-invalid='true']", "inputs => inputs.map((input) => input.name)"
+    )
+    return await page.text_content("#settings-error") or "", marked
 
 
 async def tune(page: Page, room: RoomServer, lines: Iterator[str]) -> None:
-    """A refused value shows the API's error; a new tier cost takes effect; pause and resume."""
+    """A refused value is explained in the panel's words, on the field that was changed; a field put right is no
+    longer marked; a new tier cost takes effect."""
     service = room.arbiter.service
     cost = page.locator("input[name='tiers.aizuchi.cost']")
-    await cost.fill("0")
-    await page.click("#apply")
-    await page.locator("#settings-error", has_text="tiers.aizuchi.cost").wait_for()
-    assert await cost.get_attribute("aria-invalid") == "true"
+
+    error, marked = await refused(page, "tiers.aizuchi.cost", "0")
+    assert (error, marked) == ("Aizuchi cost must be at least 1.", ["tiers.aizuchi.cost"])
     assert (await service.settings("lobby")).tiers[Tier.AIZUCHI].cost == 5
+    await cost.fill("5")  # put right: no longer marked, and the error goes with it
+    assert await cost.get_attribute("aria-invalid") is None
+    assert await page.text_content("#settings-error") == ""
+    await page.click("#apply")
+    await page.locator("#settings-note", has_text="Nothing changed.").wait_for()
+    assert await page.locator("#settings input[aria-invalid]").count() == 0
+
+    # The arbiter names the remark's cost (it must not be below the aizuchi's), but the one changed is marked.
+    error, marked = await refused(page, "tiers.aizuchi.cost", "70")
+    assert marked == ["tiers.aizuchi.cost"]
+    assert error == "Aizuchi cost: remark must cost at least as much as aizuchi (70), not 60."
+    await cost.fill("5")
+
+    error, marked = await refused(page, "tiers.aizuchi.recovery_s", "5000")
+    assert (error, marked) == ("Aizuchi recovery (s) must be at most 3600.", ["tiers.aizuchi.recovery_s"])
+    await page.fill("input[name='tiers.aizuchi.recovery_s']", "1")
 
     await cost.fill("7")
     await cost.press("Enter")
@@ -213,46 +387,346 @@ async def tune(page: Page, room: RoomServer, lines: Iterator[str]) -> None:
 
     await converse_until(page, lines, nod_at_the_new_cost, "nodded at the new cost")
 
-    await page.click("#pause")
-    await page.locator("#pause", has_text="Resume").wait_for()
-    assert await page.is_visible("#paused-note")
+
+async def pause_and_resume(page: Page, room: RoomServer) -> None:
+    """Paused, the room says so and the personas show it; a question asked meanwhile is answered after the resume."""
+    service = room.arbiter.service
+    await page.click("#pause")  # a claim held now is refused when it speaks: nobody speaks after this
+    await page.locator("#quiet", has_text="Paused: the personas stay quiet until you resume.").wait_for()
     assert (await service.settings("lobby")).paused
-    await page.click("#pause")
-    await page.locator("#pause", has_text="Pause").wait_for()
+    await page.wait_for_function("() => document.getElementById('gauge').dataset.quiet === 'paused'")
+    await all_personas(page, "paused")
+
+    await say(page, "Is anyone still there? What are you all doing tonight?")
+    asked = await last_seq(page)
+    await room.settled("lobby")  # each persona looked, and was refused
+    assert not await persona_spoke_after(page, asked)
+
+    await page.click("#quiet-action")  # the banner's "Resume"
+    await page.locator("#quiet").wait_for(state="hidden")
     assert not (await service.settings("lobby")).paused
+    assert await page.text_content("#pause") == "Pause"
+    await page.wait_for_function(
+        "(seq) => [...document.querySelectorAll('#messages li')].some("
+        "(li) => li.dataset.authorKind === 'persona' && Number(li.dataset.seq) > seq)",
+        arg=asked,
+    )
 
 
-async def reload(page: Page) -> None:
-    """The history is still there after a reload, and so is the person's name."""
+async def reload(page: Page, room: RoomServer) -> None:
+    """The history is still there after a reload, and so is the person's name; nobody is shown as having just
+    spoken (the replayed messages are history, not news)."""
+    await room.settled("lobby")
     before = [(m["seq"], m["text"]) for m in await messages(page)]
     await page.reload()
     await page.locator("#connection[data-state='live']").wait_for()
+    assert set((await activities(page)).values()) == {"waiting"}
     after = [(m["seq"], m["text"]) for m in await messages(page)]
     assert after[: len(before)] == before
     assert await page.input_value("#name") == "Yui"
+    # A dropped stream replays too; it is no news either.
+    await page.evaluate(WATCH)
+    room.arbiter.hub.close_all()
+    await page.locator("#connection[data-state='offline']").wait_for()
+    await page.locator("#connection[data-state='live']").wait_for()
+    await asyncio.sleep(0.3)
+    assert await seen_activities(page) <= {"waiting", "unknown"}
 
 
 async def test_a_person_chats_with_the_personas_and_tunes_the_room(browser: Browser, sqlite_url: str) -> None:
     async with room_server(sqlite_url, recovery_s=1.0) as room:
-        page = await browser.new_page(viewport={"width": 1366, "height": 800})
-        page.set_default_timeout(10_000)
+        page = await new_page(browser)
         problems = watch_problems(page)
         lines = iter(LINES)
 
-        await open_the_room(page, room)
+        await first_visit(page, room)
         await chat(page, room, lines)
         await tune(page, room, lines)
-        ARTIFACTS.mkdir(exist_ok=True)
-        await page.screenshot(path=str(ARTIFACTS / "room.png"))
-        await reload(page)
+        await pause_and_resume(page, room)
+        await reload(page, room)
 
         await page.close()
-        # Chromium logs every 4xx answer; the one refused setting is the only error the page may have seen.
+        # Chromium logs every 4xx answer; the three refused settings are the only errors the page may have seen.
         refused = (
             "Failed to load resource: the server responded with a status of 422",
             f"{room.url}/room/api/lobby/settings",
         )
-        assert [(text[: len(refused[0])], url) for text, url in problems] == [refused], problems
+        assert [(text[: len(refused[0])], url) for text, url in problems] == [refused] * 3, problems
+
+
+# --- any screen, either theme ----------------------------------------------------------------------------
+
+
+async def check_a_phone(page: Page, panels_picture: Path) -> None:
+    """The conversation fills the screen; the composer is at the bottom, wide, on two lines; the pool and the
+    personas are at the top; the side panels are one tap away; nothing scrolls sideways."""
+    assert await page.evaluate(OVERFLOW) == {"scroll": 0, "out": []}
+    box = await page.locator("#text").bounding_box()
+    assert box is not None and box["width"] >= 300, box
+    composer = await page.locator("#composer").bounding_box()
+    assert composer is not None and composer["y"] + composer["height"] <= PHONE["height"], composer
+    label = await page.locator("label[for='name']").bounding_box()
+    assert label is not None and label["height"] < 30, label  # one line, not six
+    for strip in ("#strip-level", "#strip-personas li[data-persona='rin']"):
+        assert await page.is_visible(strip), strip
+    assert not await page.is_visible("#settings")
+
+    await page.click("#view-toggle")
+    for panel in ("#gauge", "#personas", "#settings", "#apply"):
+        assert await page.is_visible(panel), panel
+    assert not await page.is_visible("#composer")
+    assert await page.evaluate(OVERFLOW) == {"scroll": 0, "out": []}
+    assert await contrast_failures(page) == []
+    await page.screenshot(path=str(panels_picture))
+    await page.click("#view-toggle")
+    assert await page.is_visible("#composer")
+
+
+async def check_a_desktop(page: Page) -> None:
+    assert await page.evaluate(OVERFLOW) == {"scroll": 0, "out": []}
+    for shown in ("#composer", "#gauge", "#personas", "#settings"):
+        assert await page.is_visible(shown), shown
+    assert not await page.is_visible("#strip")
+    assert not await page.is_visible("#view-toggle")
+    # The row of tiers says what the numbers are.
+    assert (await page.text_content(".costs-caption") or "").startswith("Cost of a turn")
+    assert await page.get_attribute("#tier-costs li[data-tier='remark']", "title") == "a remark costs 60"
+
+
+async def test_the_room_on_a_phone_and_a_desktop_in_light_and_dark(browser: Browser, sqlite_url: str) -> None:
+    # As `make run` starts it: the default settings, and the note that the personas are offline stand-ins. The
+    # desktop picture in the light theme is the README's.
+    personas = load_personas(PERSONAS_DIR, list(ROOM_PERSONAS))
+    scripted = ProviderProfile(name="scripted", provider="scripted")
+    notice = offline_notice(Cast(personas, {persona.id: scripted for persona in personas}))
+    async with room_server(sqlite_url, recovery_s=None, notice=notice) as room:
+        page = await new_page(browser)
+        await open_room(page, room.url + "/room/lobby")
+        await page.fill("#name", "Yui")
+        for line in LINES[:3]:
+            await say(page, line)
+            asked = await last_seq(page)
+            await page.wait_for_function(
+                "(seq) => [...document.querySelectorAll('#messages li')].some("
+                "(li) => li.dataset.authorKind === 'persona' && Number(li.dataset.seq) > seq)",
+                arg=asked,
+            )
+            await asyncio.sleep(1.5)  # a nod or two more
+        await page.wait_for_function(CHART_DRAWN)
+
+        # The page that was there for the conversation (its chart shows it) on a desktop in the light theme; a new
+        # visit for each of the others.
+        ARTIFACTS.mkdir(exist_ok=True)
+        for screen, viewport, scheme in (
+            ("desktop", DESKTOP, "light"),
+            ("desktop", DESKTOP, "dark"),
+            ("phone", PHONE, "light"),
+            ("phone", PHONE, "dark"),
+        ):
+            if page.is_closed():
+                page = await new_page(browser, viewport=viewport, scheme=scheme)
+                await open_room(page, room.url + "/room/lobby")
+            problems = watch_problems(page)
+            # The theme follows the system's: a light page or a dark one.
+            assert (await page.evaluate(BACKGROUND_LUMINANCE) < 0.2) is (scheme == "dark")
+            assert await contrast_failures(page) == [], (screen, scheme)
+            picture = ARTIFACTS / f"room-{screen}-{scheme}.png"
+            await page.locator("#text").blur()
+            await page.screenshot(path=str(picture))
+            if (screen, scheme) == ("desktop", "light") and (readme := os.environ.get("AIZUCHI_README_SCREENSHOT")):
+                shutil.copyfile(picture, readme)
+            if screen == "phone":
+                await check_a_phone(page, ARTIFACTS / f"room-phone-{scheme}-panels.png")
+            else:
+                await check_a_desktop(page)
+            await page.context.close()
+            assert problems == []
+
+        # Tiers the pool cannot afford are greyed, still readable: with the runtimes stopped, a claim made for Juno
+        # holds a long remark's cost.
+        for runtime in room.runtimes:
+            await runtime.close()
+        await eventually(pool_full(room), what="every spend refunded (5 s at most)", within=10.0)
+        await room.arbiter.service.record_message("lobby", author_id="yui", author_name="Yui", text="Juno?")
+        held = await room.arbiter.service.claim("lobby", "juno", Tier.LONG)
+        assert held.claim is not None
+        for scheme in ("light", "dark"):
+            page = await new_page(browser, scheme=scheme)
+            await open_room(page, room.url + "/room/lobby")
+            await page.locator("#tier-costs li.short[data-tier='long']").wait_for()
+            assert (
+                await page.text_content("#tier-costs li[data-tier='long']") == "long80 (more than the pool holds now)"
+            )
+            assert await contrast_failures(page) == [], scheme
+            await page.context.close()
+        await room.arbiter.service.release("lobby", "juno", held.claim.claim_id)
+
+
+# --- what the personas are doing, and why they are quiet ------------------------------------------------------
+
+
+async def test_persona_states_follow_their_claims(browser: Browser, sqlite_url: str) -> None:
+    # A provider slow enough to see a persona think, and to ask someone else while it does.
+    async with room_server(sqlite_url, latency_s=2.0) as room:
+        page = await new_page(browser)
+        problems = watch_problems(page)
+        await open_room(page, room.url + "/room/lobby")
+        await page.fill("#name", "Yui")
+        await say(page, "Hi everyone! What should we cook tonight?")
+
+        thinker = page.locator("#personas li[data-activity='thinking']").first
+        await thinker.wait_for()
+        persona = await thinker.get_attribute("data-persona")
+        other = next(name for name in ("Rin", "Theo", "Juno") if name.lower() != persona)
+        # Asked, someone else has the floor: the thinker's answer could no longer be posted, so it gives its claim
+        # back without a word.
+        await say(page, f"{other}, what do you think?")
+        await page.locator(f"#personas li[data-persona='{persona}'][data-activity='passed']").wait_for()
+        await page.locator("#personas li[data-activity='spoke']").first.wait_for()
+        await page.close()
+        assert problems == []
+
+
+async def test_the_room_says_why_the_personas_are_quiet(browser: Browser, sqlite_url: str) -> None:
+    notice = "Rin, Theo and Juno are offline stand-ins: lines from the persona files, no language model."
+    async with room_server(sqlite_url, notice=notice) as room:
+        service = room.arbiter.service
+        page = await new_page(browser)
+        problems = watch_problems(page)
+        await open_room(page, room.url + "/room/lobby")
+        quiet = page.locator("#quiet")
+        assert await quiet.is_hidden()
+
+        # The offline stand-ins: said once, and hidden for the rest of the visit when the person has read it.
+        assert await page.text_content("#notice-text") == notice
+        await page.click("#notice-hide")
+        await page.reload()
+        await page.locator("#connection[data-state='live']").wait_for()
+        assert await page.locator("#notice").is_hidden()
+
+        # The idle cap: the bots have had their turns; a person speaking (or a higher cap) wakes them.
+        await page.fill("#s-idle-cap", "1")
+        await page.click("#apply")
+        await page.fill("#name", "Yui")
+        await say(page, "Hello there, what are you all up to?")
+        await quiet.filter(has_text="say something to wake them").wait_for()
+        assert "taken 1 turn without a person (the idle cap)" in (await quiet.text_content() or "")
+        await all_personas(page, "quiet")  # once the one who spoke has been shown speaking for a moment
+        assert await page.get_attribute("#gauge", "data-quiet") == "idle"
+        await room.settled("lobby")
+        await page.fill("#s-idle-cap", "12")
+        await page.click("#apply")
+        await quiet.wait_for(state="hidden")
+
+        # Today's tokens are spent: quiet until the budget resets, which the room says when.
+        await room.settled("lobby")
+        await service.report_usage("lobby", "rin", 90, 10)
+        await page.fill("#s-budget", "50")
+        await page.click("#apply")
+        await quiet.filter(has_text="Today's token budget is spent").wait_for()
+        text = await quiet.text_content() or ""
+        assert re.search(r"resets at \d{1,2}:\d{2}( [AP]M)? \(in (\d+ h )?\d+ min\)", text), text
+        await all_personas(page, "quiet")
+        await page.fill("#s-budget", "")  # no limit
+        await page.click("#apply")
+        await quiet.wait_for(state="hidden")
+        assert (await service.settings("lobby")).daily_token_budget is None
+
+        # Switched off, or every persona muted.
+        await service.update_settings("lobby", {"enabled": False})
+        await quiet.filter(has_text="The personas are switched off in this room.").wait_for()
+        await service.update_settings("lobby", {"enabled": True})
+        await quiet.wait_for(state="hidden")
+        for persona in ("rin", "theo", "juno"):
+            await service.set_persona("lobby", persona, muted=True)
+        await quiet.filter(has_text="Every persona is muted or switched off in this room.").wait_for()
+        await all_personas(page, "muted")
+        await page.close()
+        assert problems == []
+
+
+# --- loading, outages, a dropped stream --------------------------------------------------------------------
+
+
+async def test_before_the_data_arrives_the_page_says_it_is_loading(browser: Browser, sqlite_url: str) -> None:
+    async with room_server(sqlite_url, personas=(), hands=("probe",)) as room:
+        await room.arbiter.service.ensure_channel("garden")
+        await room.arbiter.service.record_message("garden", author_id="ken", author_name="Ken", text="hello")
+        page = await new_page(browser)
+        held: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        # The network holds the answer. (A lambda: playwright cannot wrap a builtin method.)
+        await page.route("**/snapshot", lambda route: held.set_result(route))  # noqa: PLW0108
+        await page.goto(room.url + "/room/garden")
+        route = await held
+
+        # A room with history: no "No messages yet", no full gauge.
+        assert await page.is_visible("#loading")
+        assert await page.locator("#empty").is_hidden()
+        assert await page.text_content("#gauge-text") == "…"
+        assert await page.get_attribute("#gauge", "aria-busy") == "true"
+        assert await page.get_attribute("#gauge-fill", "style") is None  # empty, not full
+        assert await page.text_content("#personas") == "Loading…"
+
+        await route.continue_()
+        await page.locator("#messages li", has_text="hello").wait_for()
+        assert await page.locator("#loading").is_hidden()
+        assert await page.locator("#empty").is_hidden()
+        assert await page.text_content("#gauge-text") == "100 / 100"
+        await page.close()
+
+
+async def test_an_outage_is_shown_and_clears_when_the_arbiter_is_back(browser: Browser, sqlite_url: str) -> None:
+    async with (
+        room_server(sqlite_url, personas=(), hands=("probe",)) as room,
+        tcp_proxy("127.0.0.1", room.server.port or 0) as proxy,
+    ):
+        service = room.arbiter.service
+        page = await new_page(browser)
+        problems = watch_problems(page)
+        await open_room(page, proxy.url + "/room/garden")
+        outage = page.locator("#outage")
+        assert await outage.is_hidden()
+        assert await activities(page) == {"probe": "waiting"}
+
+        proxy.cut()
+        await outage.filter(has_text="The arbiter cannot be reached: the room is not live.").wait_for()
+        assert await page.get_attribute("#connection", "data-state") == "offline"
+        assert await activities(page) == {"probe": "unknown"}
+        assert await page.text_content("#gauge-note") == "last known: offline"
+
+        # Sending and saving fail, and say why; what was typed stays.
+        await page.fill("#name", "Yui")
+        await page.fill("#text", "typed while the arbiter was away")
+        await page.press("#text", "Enter")
+        await page.locator("#say-error", has_text="The arbiter cannot be reached.").wait_for()
+        await page.fill("#s-capacity", "90")
+        await page.click("#apply")
+        await page.locator("#settings-error", has_text="The arbiter cannot be reached.").wait_for()
+
+        # It counts down to the next try, and tries again and again.
+        await page.wait_for_function(
+            """() => {
+              const counts = window.seen.outage.map((text) => text.match(/Trying again in (\\d+) s/))
+                .filter(Boolean).map((match) => Number(match[1]));
+              return counts.some((count, i) => i > 0 && count < counts[i - 1]);
+            }"""
+        )
+        said = await service.record_message("garden", author_id="ken", author_name="Ken", text="said meanwhile")
+
+        proxy.restore()
+        await page.click("#reconnect")  # or wait for the next try
+        await page.locator("#connection[data-state='live']").wait_for()
+        assert await outage.is_hidden()
+        assert await page.text_content("#say-error") == ""
+        assert await page.text_content("#settings-error") == ""
+        await page.locator(f"#messages li[data-seq='{said.seq}']").wait_for()
+        assert await activities(page) == {"probe": "waiting"}
+        assert await page.input_value("#text") == "typed while the arbiter was away"
+        await page.press("#text", "Enter")
+        await page.locator("#messages li", has_text="typed while the arbiter was away").wait_for()
+        await page.close()
+        # What Chromium logs of the outage: failed loads and sockets, nothing else.
+        assert all(re.search(r"ERR_|WebSocket", text) for text, _url in problems), problems
 
 
 async def test_the_page_follows_changes_to_the_history_and_survives_a_dropped_stream(
@@ -260,8 +734,7 @@ async def test_the_page_follows_changes_to_the_history_and_survives_a_dropped_st
 ) -> None:
     async with room_server(sqlite_url, personas=(), hands=("probe",)) as room:
         service = room.arbiter.service
-        page = await browser.new_page()
-        page.set_default_timeout(10_000)
+        page = await new_page(browser)
         problems = watch_problems(page)
         await page.goto(room.url + "/room/garden")
         await page.locator("#connection[data-state='live']").wait_for()
@@ -302,10 +775,65 @@ async def test_the_page_follows_changes_to_the_history_and_survives_a_dropped_st
             ("1", "edited while the page was away"),
             (str(said.seq), "said meanwhile"),
         ]
-        assert await page.get_attribute("#connection", "data-state") == "live"
+        await page.locator("#connection[data-state='live']").wait_for()
 
         await service.clear_history("garden")
         await page.locator("#messages li").first.wait_for(state="detached")
         assert await page.is_visible("#empty")
         await page.close()
         assert problems == []
+
+
+# --- colours --------------------------------------------------------------------------------------------------
+
+
+def pool_full(room: RoomServer) -> Callable[[], Awaitable[bool]]:
+    async def full() -> bool:
+        status = await room.arbiter.service.status("lobby")
+        return status.level == status.capacity
+
+    return full
+
+
+def _rgb(hex_color: str) -> str:
+    red, green, blue = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgb({red}, {green}, {blue})"
+
+
+async def test_each_persona_keeps_its_colour_whatever_the_set(browser: Browser, sqlite_url: str) -> None:
+    files = {persona.id: persona for persona in load_personas(PERSONAS_DIR, ["rin", "theo", "mio", "sora"])}
+
+    async def speak(room: RoomServer, persona_ids: tuple[str, ...]) -> None:
+        service = room.arbiter.service
+        await service.ensure_channel("lobby")
+        for persona_id in persona_ids:
+            persona = files.get(persona_id)
+            if persona is not None:
+                await service.register_persona(persona_id, persona.display_name, color=persona.color)
+            await service.record_message("lobby", author_id="ken", author_name="Ken", text=f"{persona_id}?")
+            assert (await service.consume("lobby", persona_id, "Mm.", tier=Tier.AIZUCHI)).granted
+
+    # One run with the English set, the next with others: one has no colour in its file.
+    async with room_server(sqlite_url, personas=(), hands=("rin", "theo")) as room:
+        await speak(room, ("rin", "theo"))
+    async with room_server(sqlite_url, personas=(), hands=("mio", "sora", "nova")) as room:
+        await speak(room, ("mio", "sora", "nova"))
+        colours: list[dict[str, str]] = []
+        for _visit in range(2):
+            page = await new_page(browser)
+            await open_room(page, room.url + "/room/lobby")
+            shown = {m["author"]: m["color"] for m in await messages(page) if m["kind"] == "persona"}
+            listed = await page.eval_on_selector_all(
+                "#personas li",
+                "items => Object.fromEntries(items.map((item) => "
+                "[item.dataset.persona, getComputedStyle(item.querySelector('.who')).backgroundColor]))",
+            )
+            assert shown.keys() == {"rin", "theo", "mio", "sora", "nova"}
+            assert listed == {pid: shown[pid] for pid in ("mio", "sora", "nova")}
+            colours.append(shown)
+            await page.context.close()
+
+    first, second = colours
+    assert first == second  # nova's, made from its id, too
+    assert {pid: first[pid] for pid in files} == {pid: _rgb(p.color or "") for pid, p in files.items()}
+    assert len(set(first.values())) == 5, first

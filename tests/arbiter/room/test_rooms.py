@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from aiohttp.test_utils import TestClient, TestServer
+from pydantic import SecretStr
 
+from arbiter.contract import Tier
 from arbiter.room import add_room
 from arbiter.server import open_arbiter
 from tests.conftest import make_settings
@@ -70,3 +72,27 @@ async def test_history_and_settings_survive_a_restart(sqlite_url: str, clock: Fa
     assert after["last_seq"] == 2
     # A new process has no personas in the room yet, although its channel exists: they are asked to join again.
     assert opened == ["lobby", "lobby"]
+
+
+async def test_old_messages_keep_the_colour_of_a_persona_no_longer_taking_part(
+    sqlite_url: str, clock: FakeClock
+) -> None:
+    async with open_arbiter(make_settings(sqlite_url), clock=clock) as arbiter:
+        await arbiter.service.ensure_channel("lobby")
+        await arbiter.service.register_persona("hana", "はな", color="#f08a24")
+        await arbiter.service.register_persona("kai", "Kai")  # no colour in its file: the page picks one
+        for persona_id in ("hana", "kai"):
+            clock.advance(1)
+            await arbiter.service.record_message("lobby", author_id="yui", author_name="Yui", text="hi")
+            await arbiter.service.consume("lobby", persona_id, "へえ", tier=Tier.AIZUCHI)
+
+    # The next run has another cast: hana and kai have no token now.
+    settings = make_settings(sqlite_url).model_copy(update={"persona_tokens": {"mio": SecretStr("mio-" + "x" * 24)}})
+    async with open_arbiter(settings, clock=clock) as arbiter:
+        add_room(arbiter.app)
+        async with TestClient(TestServer(arbiter.app)) as client:
+            snapshot = await (await client.get("/room/api/lobby/snapshot")).json()
+
+    assert [p["id"] for p in snapshot["personas"]] == ["mio"]
+    assert snapshot["colors"] == {"hana": "#f08a24"}
+    assert [m["author_id"] for m in snapshot["history"] if m["author_kind"] == "persona"] == ["hana", "kai"]

@@ -1,0 +1,101 @@
+"""A TCP proxy on a localhost port in front of a server, that a test can cut: an outage as a browser sees it.
+
+While cut, every connection through it is dropped and each new one is closed as soon as it is accepted, so a client
+gets what it gets when the server cannot be reached (a failed fetch, a WebSocket that closes); the server itself,
+and whoever talks to it directly, carry on. ``restore`` lets connections through again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+__all__ = ("TcpProxy", "tcp_proxy")
+
+_CHUNK = 65536
+
+
+class TcpProxy:
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self._target = (target_host, target_port)
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.cut_off = False
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+
+    def cut(self) -> None:
+        """Drop every connection now, and every new one until ``restore``."""
+        self.cut_off = True
+        for writer in list(self._writers):
+            writer.transport.abort()
+        self._writers.clear()
+
+    def restore(self) -> None:
+        self.cut_off = False
+
+    async def close(self) -> None:
+        self.cut()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.cut_off:
+            writer.transport.abort()
+            return
+        try:
+            upstream_reader, upstream_writer = await asyncio.open_connection(*self._target)
+        except OSError:
+            writer.transport.abort()
+            return
+        self._writers.update((writer, upstream_writer))
+        pipes = [
+            asyncio.create_task(self._pipe(reader, upstream_writer)),
+            asyncio.create_task(self._pipe(upstream_reader, writer)),
+        ]
+        self._tasks.update(pipes)
+        try:
+            await asyncio.gather(*pipes, return_exceptions=True)
+        finally:
+            self._tasks.difference_update(pipes)
+            for end in (writer, upstream_writer):
+                self._writers.discard(end)
+                end.transport.abort()
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(_CHUNK):
+                writer.write(data)
+                await writer.drain()
+        # One side is done: end the other too (the browser opens a new connection when it needs one).
+        writer.transport.abort()
+
+
+@contextlib.asynccontextmanager
+async def tcp_proxy(target_host: str, target_port: int) -> AsyncIterator[TcpProxy]:
+    proxy = TcpProxy(target_host, target_port)
+    await proxy.start()
+    try:
+        yield proxy
+    finally:
+        await proxy.close()
