@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # The room's name and text are the API's: the same lengths, and no NUL character (which PostgreSQL cannot store).
 from arbiter.contract import (
+    MemoryView,
     MessageView,
     Name,
     PersonaInfoView,
@@ -68,6 +69,9 @@ class RoomState(BaseModel):
     colors: dict[str, str] = Field(
         default_factory=dict,
         description="the colour of every persona the arbiter knows, also of those not taking part now (old messages)",
+    )
+    memories: list[MemoryView] = Field(
+        default_factory=list, description="each persona's notes on this conversation (its dialogue state), if any"
     )
     notice: str | None = Field(None, description="what the page says about the room, if anything")
 

@@ -12,6 +12,7 @@ Routes (``{channel_id}`` matches ``arbiter.core.limits.ID_PATTERN``):
 - ``GET /room/api/{channel_id}/state``: settings, status, personas and why any are held back (``RoomState``).
 - ``POST /room/api/{channel_id}/say`` ``{"name", "text"}``: a human message (``ArbiterService.record_message``).
 - ``PATCH /room/api/{channel_id}/settings``: the body of /v1's ``SettingsPatch`` (pause: ``{"paused": true}``).
+- ``DELETE /room/api/{channel_id}/memory[/{persona_id}]``: forget every persona's notes here (or one's).
 - ``GET /room/api/{channel_id}/events?after=<seq>``: the WebSocket stream of /v1, from the same code.
 
 A room's channel is created with the default settings on its first visit, and ``on_open`` is awaited once per
@@ -207,6 +208,7 @@ async def _room_state(service: ArbiterService, channel_id: str, notice: str | No
         personas=personas,
         held_back=held_back,
         colors={info.id: info.color for info in service.registry.views(former=True).personas if info.color},
+        memories=(await service.memories(channel_id)).memories,
         notice=notice,
     )
 
@@ -242,6 +244,15 @@ async def _settings(request: web.Request) -> web.Response:
     service, channel_id = await _opened(request)
     patch = await _body(request, wire.SettingsPatch)
     return _json(await service.update_settings(channel_id, patch.changes()))
+
+
+async def _forget(request: web.Request) -> web.Response:
+    service, channel_id = await _opened(request)
+    persona_id = request.match_info.get("persona_id")
+    if persona_id is not None and not _ID.match(persona_id):
+        raise InvalidRequest(f"{persona_id!r} is not a persona id", field="persona_id")
+    await service.reset_memory(channel_id, persona_id)
+    return web.Response(status=204)
 
 
 async def _events(request: web.Request) -> web.StreamResponse:
@@ -288,5 +299,7 @@ def add_room(
     router.add_get(f"{_API}/state", _state)
     router.add_post(f"{_API}/say", _say)
     router.add_patch(f"{_API}/settings", _settings)
+    router.add_delete(f"{_API}/memory", _forget)
+    router.add_delete(f"{_API}/memory/{{persona_id}}", _forget)
     router.add_get(f"{_API}/events", _events)
     app.on_response_prepare.append(_no_cache)

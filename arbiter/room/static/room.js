@@ -34,6 +34,7 @@
     colors: {}, // id -> colour, of every persona the arbiter knows (also former ones, for old messages)
     heldBack: {}, // persona id -> {reason, detail, retry_after}: why the arbiter would refuse it any turn now
     heldBackAt: 0, // when heldBack was read (its retry_after counts from then)
+    memories: new Map(), // persona id -> its notes on this conversation ({seq, state, ...})
     messages: new Map(), // seq -> <li>
     activity: new Map(), // persona id -> {what, until}
     levels: [], // [{t: ms, level, capacity}], oldest first
@@ -391,6 +392,51 @@
     );
   }
 
+  // --- what each persona remembers --------------------------------------------------------------------
+
+  function notesNode(memory) {
+    const notes = memory.state;
+    const name = (state.personas.get(memory.persona) || { display_name: memory.persona }).display_name;
+    const forget = el("button", { type: "button", class: "secondary forget", text: "Forget" });
+    forget.addEventListener("click", () => forgetNotes(memory.persona, forget));
+    const facts = el("ul", { class: "facts" }, el("li", { text: `Topic: ${notes.topic || "none yet"}` }));
+    for (const question of notes.open_questions) facts.append(el("li", { text: `Open: ${question}` }));
+    for (const agreed of notes.agreed) facts.append(el("li", { text: `Agreed: ${agreed}` }));
+    for (const speaker of notes.speakers) facts.append(el("li", { text: `${speaker.name}: ${speaker.note}` }));
+    return el(
+      "li",
+      { "data-persona": memory.persona },
+      el(
+        "div",
+        { class: "head" },
+        chip(name, colorOf(memory.persona)),
+        el("span", { class: "hint", text: `up to message ${memory.seq}` }),
+        forget,
+      ),
+      facts,
+    );
+  }
+
+  function showMemories() {
+    const memories = [...state.memories.values()].sort((a, b) => a.persona.localeCompare(b.persona));
+    $("memories").replaceChildren(
+      ...(memories.length ? memories.map(notesNode) : [el("li", { class: "placeholder", text: "No notes yet." })]),
+    );
+    $("forget-all").hidden = !memories.length;
+  }
+
+  async function forgetNotes(personaId, button) {
+    button.disabled = true;
+    try {
+      await request("DELETE", personaId ? `memory/${encodeURIComponent(personaId)}` : "memory");
+      showError($("memory-error"), null); // the memory events redraw the panel
+    } catch (error) {
+      showError($("memory-error"), error);
+    } finally {
+      button.disabled = false;
+    }
+  }
+
   // --- why the room is quiet ------------------------------------------------------------------------
 
   // The reason nobody may speak now, in words; null when someone may. Read from the settings and from what the
@@ -456,10 +502,12 @@
     state.heldBack = room.held_back || {};
     state.heldBackAt = Date.now();
     state.status = room.status;
+    state.memories = new Map((room.memories || []).map((memory) => [memory.persona, memory]));
     applySettings(room.settings);
     showNotice(room.notice);
     recolorMessages();
     showPersonas();
+    showMemories();
     showQuiet();
   }
 
@@ -652,6 +700,11 @@
         applySettings(event.settings);
         readStateSoon(0);
         break;
+      case "memory":
+        if (event.memory) state.memories.set(event.persona, event.memory);
+        else state.memories.delete(event.persona);
+        showMemories();
+        break;
       case "claim": {
         const claim = event.claim;
         const what = { held: "thinking", spoken: "spoke", released: "passed", retracted: "waiting" }[claim.state];
@@ -807,6 +860,7 @@
     });
     $("view-toggle").addEventListener("click", () => setView(document.body.dataset.view === "side" ? "chat" : "side"));
     $("reconnect").addEventListener("click", reconnectNow);
+    $("forget-all").addEventListener("click", (event) => forgetNotes(null, event.currentTarget));
     $("notice-hide").addEventListener("click", () => {
       sessionStorage.setItem(NOTICE_KEY, $("notice-text").textContent);
       $("notice").hidden = true;

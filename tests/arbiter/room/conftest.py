@@ -37,10 +37,13 @@ class Room:
         self.opened.append(channel_id)
 
     async def call(self, method: str, path: str, *, expect: int = 200, **kwargs: Any) -> Any:
-        """A JSON call that must answer ``expect``; its decoded body."""
+        """A JSON call that must answer ``expect``; its decoded body (None for a 204)."""
         response = await self.client.request(method, path, **kwargs)
         text = await response.text()
         assert response.status == expect, f"{method} {path}: expected {expect}, got {response.status}: {text}"
+        if response.status == 204:
+            assert text == ""
+            return None
         assert response.content_type == "application/json", response.content_type
         return await response.json()
 

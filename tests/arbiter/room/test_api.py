@@ -268,3 +268,38 @@ async def test_state_says_when_a_spent_budget_comes_back(room: Room, clock: Fake
     assert {pid: (why["reason"], why["retry_after"]) for pid, why in held_back.items()} == {
         pid: ("budget", 3600.0) for pid in ("hana", "kai", "mio")
     }
+
+
+# --- memory -----------------------------------------------------------------------------------------------
+
+
+async def _noted(room: Room, persona: str, topic: str) -> None:
+    from arbiter import contract as wire
+
+    seq = (await room.say(f"{persona}, what's for dinner?"))["seq"]
+    claimed = await room.service.claim("lobby", persona, Tier.REMARK)
+    assert claimed.claim is not None, claimed
+    notes = wire.MemoryUpdate(seq=seq, state=wire.DialogueState(topic=topic))
+    await room.service.release("lobby", persona, claimed.claim.claim_id, memory=notes)
+
+
+async def test_the_room_shows_each_personas_notes_and_forgets_them(room: Room) -> None:
+    await _noted(room, "hana", "dinner")
+    await _noted(room, "kai", "dessert")
+    shown = {m["persona"]: m["state"]["topic"] for m in (await room.snapshot())["memories"]}
+
+    await room.call("DELETE", "/room/api/lobby/memory/kai", expect=204)
+    after_one = [m["persona"] for m in (await room.call("GET", "/room/api/lobby/state"))["memories"]]
+    await room.call("DELETE", "/room/api/lobby/memory", expect=204)
+    after_all = (await room.call("GET", "/room/api/lobby/state"))["memories"]
+
+    assert shown == {"hana": "dinner", "kai": "dessert"}
+    assert after_one == ["hana"]
+    assert after_all == []
+
+
+async def test_forgetting_an_unknown_personas_notes_is_named(room: Room) -> None:
+    error = await room.error("DELETE", "/room/api/lobby/memory/nobody", expect=404)
+    assert error["field"] == "persona"
+    error = await room.error("DELETE", "/room/api/lobby/memory/no%20body", expect=422)
+    assert error["field"] == "persona_id"

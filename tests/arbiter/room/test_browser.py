@@ -837,3 +837,38 @@ async def test_each_persona_keeps_its_colour_whatever_the_set(browser: Browser, 
     assert first == second  # nova's, made from its id, too
     assert {pid: first[pid] for pid in files} == {pid: _rgb(p.color or "") for pid, p in files.items()}
     assert len(set(first.values())) == 5, first
+
+
+async def test_the_room_shows_what_each_persona_remembers_and_forgets_it_on_request(
+    browser: Browser, sqlite_url: str
+) -> None:
+    async with room_server(sqlite_url) as room:
+        page = await new_page(browser)
+        problems = watch_problems(page)
+        await open_room(page, room.url + "/room/lobby")
+        assert await page.text_content("#memories") == "No notes yet."
+        assert not await page.is_visible("#forget-all")
+
+        await say(page, "Rin, what should we cook tonight?")
+        # Rin answers, and her notes (kept by the offline stand-in, by rule) reach the page with the memory event.
+        rin = page.locator("#memories li[data-persona='rin']")
+        await rin.wait_for()
+        facts = await rin.locator(".facts li").all_text_contents()
+        assert "Guest: asked: Rin, what should we cook tonight?" in facts
+        assert "Open: Guest: Rin, what should we cook tonight?" in facts
+        stored = {m.persona: m for m in (await room.arbiter.service.memories("lobby")).memories}
+        assert f"up to message {stored['rin'].seq}" in (await rin.text_content() or "")
+
+        await say(page, "Theo, and what would you bring?")
+        await page.locator("#memories li[data-persona='theo']").wait_for()
+        await room.settled("lobby")  # nobody is about to take notes again
+
+        await rin.locator("button.forget").click()
+        await rin.wait_for(state="detached")
+        assert "rin" not in {m.persona for m in (await room.arbiter.service.memories("lobby")).memories}
+        assert await page.is_visible("#memories li[data-persona='theo']")
+        await page.click("#forget-all")
+        await page.locator("#memories .placeholder").wait_for()
+        assert not await page.is_visible("#forget-all")
+        await page.close()
+        assert problems == []
