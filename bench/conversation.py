@@ -15,6 +15,9 @@ The person's script mixes what people say in a group chat: greetings, questions 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
+import math
 import random
 import statistics
 import tempfile
@@ -34,7 +37,7 @@ from bench.transcript_metrics import TranscriptScores, measure, profile_text
 from bots.arbiter_client import ArbiterClient
 from bots.kinds import is_question
 from bots.llm.base import ChatProvider, Completion, CompletionRequest, DecisionRequest, DecisionResult
-from bots.llm.scripted import ScriptedProvider, estimate_prompt_tokens
+from bots.llm.scripted import ScriptedProvider, estimate_prompt_tokens, estimate_tokens
 from bots.persona import Persona, load_personas
 from bots.platforms.memory import MemoryRoom
 from bots.runtime import OWN_LINES, PersonaRuntime, RuntimeConfig
@@ -123,9 +126,11 @@ def script(personas: list[Persona], lines: int, seed: int) -> list[str]:
 
 @dataclass
 class PromptLog:
-    """Every request's estimated prompt size, with how many messages the channel had when it was made."""
+    """Every request's estimated prompt size, with how many messages the channel had when it was made, and the
+    estimated size of each answer (the decision and the notes that come with it)."""
 
     entries: list[tuple[int, int]] = field(default_factory=list)  # (messages so far, prompt tokens)
+    answers: list[int] = field(default_factory=list)  # completion tokens, estimated
     messages: int = 0
 
 
@@ -143,7 +148,11 @@ class MeteredProvider(ChatProvider):
 
     async def decide(self, request: DecisionRequest) -> DecisionResult:
         self.log.entries.append((self.log.messages, estimate_prompt_tokens(request)))
-        return await self.inner.decide(request)
+        result = await self.inner.decide(request)
+        decision = result.decision
+        answer = {"action": decision.action, "text": decision.text, "memory": decision.memory}
+        self.log.answers.append(estimate_tokens(json.dumps(answer, ensure_ascii=False)))
+        return result
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -223,6 +232,7 @@ class ModeResult:
     tiers: dict[Tier, int]
     remarks_by_persona: dict[str, int]
     prompt_by_length: dict[str, float]
+    answer_tokens: float
     conversation: Conversation
     scores: TranscriptScores
     speed: float
@@ -266,7 +276,9 @@ class ModeResult:
             "time to first reply, p90": f"{p90:.1f} s" if replies else "-",
         }
         for bucket, tokens in self.prompt_by_length.items():
-            rows[f"prompt tokens per request, history {bucket}"] = f"{tokens:.0f}"
+            rows[f"prompt tokens per request, history {bucket}"] = "-" if math.isnan(tokens) else f"{tokens:.0f}"
+        answers = self.answer_tokens
+        rows["answer tokens per decision (with notes)"] = "-" if math.isnan(answers) else f"{answers:.0f}"
         return rows
 
     def targets(self) -> list[tuple[str, bool]]:
@@ -285,7 +297,12 @@ class ModeResult:
         ]
 
 
-_BUCKETS = ((0, 15, "0-15 msgs"), (15, 30, "15-30 msgs"), (30, 60, "30-60 msgs"), (60, 10**9, "60+ msgs"))
+# How long the conversation was when a request was made: prompts must not grow with it (the notes replace the past).
+_EDGES = (0, 25, 50, 100, 200, 300, 400, 500)
+_BUCKETS = (
+    *((low, high, f"{low}-{high} msgs") for low, high in itertools.pairwise(_EDGES)),
+    (_EDGES[-1], 10**9, f"{_EDGES[-1]}+ msgs"),
+)
 
 
 def _by_length(log: PromptLog) -> dict[str, float]:
@@ -364,6 +381,7 @@ async def _run_mode(mode: str, args: argparse.Namespace, scratch: Path) -> ModeR
             r.persona.id: r.stats.posted[str(Tier.REMARK)] + r.stats.posted[str(Tier.LONG)] for r in runtimes
         },
         prompt_by_length=_by_length(log),
+        answer_tokens=statistics.mean(log.answers) if log.answers else float("nan"),
         conversation=Conversation(history),
         scores=measure([(m.author_id, m.text) for m in history], {p.id: profile_text(p) for p in personas}),
         speed=speed,

@@ -67,7 +67,8 @@ no length keywords, which strict modes do not all take: the limits are in the de
 
 MEMORY_GUIDE = (
     "Besides your move, keep your notes (memory): update them with the messages shown, from your own point of view and "
-    "with your persona and the topic in mind. They are all you will remember of what scrolled away."
+    "with your persona and the topic in mind. They are all you will remember of what scrolled away, and they have "
+    "room for the essentials only: drop what is stale (answered questions, finished topics, people long gone)."
 )
 
 _NOTE_CHARS = 160  # a note or item kept longer than this is cut when the state must shrink

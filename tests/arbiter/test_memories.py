@@ -35,10 +35,14 @@ async def remember(api: Api, persona: str, state: dict[str, Any]) -> int:
     return int(seq)
 
 
-async def test_notes_survive_a_restart(database_url: str, clock: FakeClock) -> None:
+async def test_notes_spoken_with_survive_a_restart(database_url: str, clock: FakeClock) -> None:
     async with serve(database_url, clock=clock) as first:
         await first.api.create_channel(CHANNEL)
-        seq = await remember(first.api, "hana", STATE)
+        seq = (await first.api.say(CHANNEL, "yuki", "Picnic on Saturday? Who brings the tea?"))["seq"]
+        claim = (await first.api.claim(CHANNEL, "hana", "remark"))["claim"]
+        body = {"text": "I'll bring the tea!", "memory": {"seq": seq, "state": STATE}}
+        spoken = await first.api.call("POST", f"/v1/channels/{CHANNEL}/claims/{claim['claim_id']}/speak", "hana", body)
+        assert spoken["granted"] is True
     async with serve(database_url, clock=clock) as again:
         [memory] = (await again.api.call("GET", f"/v1/channels/{CHANNEL}/memory", "hana"))["memories"]
     assert (memory["persona"], memory["seq"], memory["state"]) == ("hana", seq, STATE)
