@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from arbiter.api.openapi import MCP_METHODS, MCP_PATHS
 from arbiter.api.routes import AUTH, _check_path
 from arbiter.mcp.bridge import serve_asgi
 from arbiter.mcp.tools import Caller
@@ -130,5 +131,6 @@ def add_mcp_routes(app: web.Application, endpoint: McpEndpoint) -> None:
     _redact_logs()
     app[MCP] = endpoint
     app.on_shutdown.append(endpoint.close)
-    for path in ("/mcp", "/mcp/{channel_id}", "/mcp/key/{token}", "/mcp/key/{token}/{channel_id}"):
-        app.router.add_route("*", path, endpoint.handle)
+    for path in MCP_PATHS:
+        for method in MCP_METHODS:
+            app.router.add_route(method, path, endpoint.handle)
