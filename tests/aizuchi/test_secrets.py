@@ -83,7 +83,8 @@ def aizuchi(workdir: Path, *args: str, **env: str) -> subprocess.CompletedProces
         pytest.param(
             "arbiter",
             {"ARBITER_ADMIN_TOKEN": SECRET, "ARBITER_AGENT_TOKENS": json.dumps({"aya": SECRET})},
-            "ARBITER_AGENT_TOKENS: the token of agent 'aya' is the admin token (ARBITER_ADMIN_TOKEN); give each its own",
+            "ARBITER_AGENT_TOKENS: the token of agent 'aya' is the admin token (ARBITER_ADMIN_TOKEN); "
+            "give each its own",
             id="an-agent-with-the-admin-token",
         ),
         pytest.param(
