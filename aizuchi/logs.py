@@ -50,7 +50,14 @@ def configure_logging(level: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    for noisy in ("aiohttp.access", "sqlalchemy.engine", "alembic.runtime.migration", "discord.gateway", "httpx2"):
+    for noisy in (
+        "aiohttp.access",
+        "sqlalchemy.engine",
+        "alembic.runtime.migration",
+        "discord.gateway",
+        "httpx2",
+        "mcp",
+    ):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
 
 

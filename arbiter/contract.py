@@ -41,6 +41,7 @@ from arbiter.core.text import display_length, estimate_tokens, trim_to_length
 __all__ = (
     "EVENT_MODELS",
     "MAX_MEMORY_TOKENS",
+    "Amount",
     "ArbiterEvent",
     "AuthorKind",
     "ChannelList",
@@ -50,6 +51,7 @@ __all__ = (
     "ClaimResult",
     "ClaimView",
     "ClearedEvent",
+    "Color",
     "ConsumeRequest",
     "DeletedEvent",
     "DialogueState",
@@ -62,6 +64,7 @@ __all__ = (
     "Id",
     "LevelEvent",
     "LinkRequest",
+    "MemberKind",
     "MemoryEvent",
     "MemoryList",
     "MemoryUpdate",
@@ -159,6 +162,8 @@ Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max
 # A history position: stored as a 64-bit integer, so anything larger is refused here rather than by the database.
 Seq = Annotated[StrictInt, Field(ge=0, le=MAX_SEQ), BeforeValidator(_whole_number)]
 PlatformId = Annotated[str, StringConstraints(min_length=1, max_length=64), NoNul]
+# What a consume may spend: it buys the most expensive tier it covers.
+Amount = Annotated[StrictInt, Field(gt=0, le=SETTING_BOUNDS["capacity"].high), BeforeValidator(_whole_number)]
 
 
 def _not_nullable(schema: dict[str, Any]) -> None:
@@ -273,9 +278,7 @@ class ConsumeRequest(_In):
 
     text: Text
     tier: Tier | None = None
-    amount: (
-        Annotated[StrictInt, Field(gt=0, le=SETTING_BOUNDS["capacity"].high), BeforeValidator(_whole_number)] | None
-    ) = None
+    amount: Amount | None = None
     based_on_seq: Seq | None = Field(None, description="the last history seq the text was written against")
     persona: Id | None = Field(None, description="optional; must be the token's own persona")
 
@@ -556,8 +559,13 @@ class SettingsView(_Out):
     personas: dict[str, PersonaView]
 
 
+MemberKind: TypeAlias = Literal["persona", "agent"]
+"""A persona of the fleet, or an external agent (an MCP client with a token of its own)."""
+
+
 class PersonaInfoView(_Out):
     id: str
+    kind: MemberKind = Field("persona", description="a persona of the fleet, or an external agent (MCP)")
     display_name: str
     aliases: list[str] = Field(default_factory=list)
     color: str | None = None

@@ -1,6 +1,8 @@
-"""The personas an arbiter serves, and how each presents itself (names, colour, platform account).
+"""The members an arbiter serves, and how each presents itself (names, colour, platform account).
 
-Which personas exist is fixed at start-up (each has a token). How they present themselves changes while the arbiter
+The members are its personas (the fleet's bots) and its external agents (any MCP client given a token of its own):
+both speak through the same rules, so both are here, told apart only by ``kind``. Which members exist is fixed at
+start-up (each has a token). How they present themselves changes while the arbiter
 runs: a persona registers, here or through another arbiter process. Writer steps read this from the writer's thread
 while the event loop updates it, so it is a snapshot replaced whole, never a dict changed in place.
 """
@@ -26,9 +28,13 @@ __all__ = ("PersonaRegistry",)
 
 
 class PersonaRegistry:
-    def __init__(self, persona_ids: Collection[str]) -> None:
-        self.ids = frozenset(persona_ids)
+    def __init__(self, persona_ids: Collection[str], agent_ids: Collection[str] = ()) -> None:
+        self.agent_ids = frozenset(agent_ids)
+        self.ids = frozenset(persona_ids) | self.agent_ids
         self._infos: Mapping[str, PersonaInfo] = MappingProxyType({})
+
+    def kind(self, member_id: str) -> wire.MemberKind:
+        return "agent" if member_id in self.agent_ids else "persona"
 
     def require(self, persona_id: str) -> None:
         if persona_id not in self.ids:
@@ -57,10 +63,11 @@ class PersonaRegistry:
         return next((i.id for i in self._infos.values() if i.platform_user_id == platform_user_id), None)
 
     def views(self, *, former: bool = False) -> wire.PersonaList:
-        """Every persona with a token here, as registered (or by its id until it registers); with ``former``, also
-        those registered before that have no token now (the local room shows their old messages in their colour)."""
+        """Every member with a token here (personas and agents), as registered (or by its id until it registers);
+        with ``former``, also those registered before that have no token now (the local room shows their old
+        messages in their colour)."""
         ids = self.ids | (set(self._infos) if former else set())
-        return wire.PersonaList(personas=[persona_view(self.info(pid)) for pid in sorted(ids)])
+        return wire.PersonaList(personas=[persona_view(self.info(pid), kind=self.kind(pid)) for pid in sorted(ids)])
 
     def update(self, infos: Iterable[PersonaInfo]) -> None:
         self._infos = MappingProxyType({**self._infos, **{info.id: info for info in infos}})

@@ -64,6 +64,8 @@ async def open_arbiter(
     """
     tokens = {pid: token.get_secret_value() for pid, token in settings.persona_tokens.items()}
     tokens.update(extra_personas or {})
+    agents = {aid: token.get_secret_value() for aid, token in settings.agent_tokens.items()}
+    tokens.update(agents)
     admin = settings.admin_token.get_secret_value() if settings.admin_token else None
     auth = TokenAuth(tokens, admin)
     async with contextlib.AsyncExitStack() as stack:
@@ -93,6 +95,7 @@ async def open_arbiter(
             clock=clock,
             new_id=IdFactory(),
             personas=tokens,
+            agents=agents,
             # Other processes on the database hear every event through the relay; alone, only what is watched.
             wants_events=None if relay is not None else hub.watching,
         )

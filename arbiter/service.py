@@ -229,7 +229,8 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
 
         def step(tx: WriteTx) -> None:
             repo.upsert_persona(tx.conn, info, tx.now())
-            tx.emit(PersonaEvent.model_validate(persona_view(info), from_attributes=True))
+            view = persona_view(info, kind=self.registry.kind(persona_id))
+            tx.emit(PersonaEvent.model_validate(view, from_attributes=True))
 
         await self._writer.run(step)
 

@@ -37,18 +37,20 @@ class ServiceCore:
         clock: Clock,
         new_id: Callable[[], str],
         personas: Collection[str] = (),
+        agents: Collection[str] = (),
         default_settings: ChannelSettings | None = None,
         wants_events: Callable[[str], bool] | None = None,
     ) -> None:
         """``wants_events(channel_id)``: whether anyone will hear that channel's events; building them is skipped
         when no one will (the common case on one SQLite process with no open streams). None: always build them
-        (other arbiter processes may be listening)."""
+        (other arbiter processes may be listening). ``agents``: the external agents' ids (members like the
+        personas; see ``arbiter.registry``)."""
         self._database = database
         self._writer = writer
         self._clock = clock
         self._new_id = new_id
         self._wants_events = wants_events
-        self.registry = PersonaRegistry(personas)
+        self.registry = PersonaRegistry(personas, agents)
         self._defaults = default_settings or ChannelSettings()
         validate_settings(self._defaults)
 

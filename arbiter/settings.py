@@ -60,6 +60,10 @@ class ArbiterSettings(BaseSettings):
     persona_tokens: dict[str, SecretStr] = Field(
         default_factory=dict, description='JSON object persona id -> bearer token, e.g. {"hana": "..."}'
     )
+    agent_tokens: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description='JSON object agent id -> bearer token for external agents (MCP clients), e.g. {"aya": "..."}',
+    )
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
     discord_token: SecretStr | None = Field(None, description="the arbiter bot's Discord token; unset = no Discord")
     moderator_role: str | None = Field(
@@ -93,6 +97,43 @@ class ArbiterSettings(BaseSettings):
             if admin is not None and value == admin.get_secret_value():
                 raise ValueError(
                     f"the token of {persona_named(persona_id)} is the admin token (ARBITER_ADMIN_TOKEN); "
+                    "give each its own"
+                )
+        return tokens
+
+    @field_validator("agent_tokens")
+    @classmethod
+    def _check_agents(cls, tokens: dict[str, SecretStr], info: ValidationInfo) -> dict[str, SecretStr]:
+        # Checked like the personas' tokens, and against them: an agent is a member like a persona, so neither its
+        # id nor its token may be a persona's (or the admin's), or one could act as the other.
+        for agent_id, token in tokens.items():
+            if not re.match(ID_PATTERN, agent_id):
+                raise ValueError(
+                    f"{persona_named(agent_id)} is not a valid agent id: use 1-64 letters, digits, '_', '.' or '-'"
+                )
+            if len(token.get_secret_value()) < MIN_TOKEN_LENGTH:
+                raise ValueError(
+                    f"the token of agent {persona_named(agent_id)} must be at least {MIN_TOKEN_LENGTH} characters"
+                )
+        plain = {agent_id: secret.get_secret_value() for agent_id, secret in tokens.items()}
+        shared = sharing_a_token(plain)
+        if shared:
+            names = " and ".join(persona_named(agent_id) for agent_id in shared)
+            raise ValueError(f"agents {names} have the same token; give each agent its own")
+        personas = {pid: secret.get_secret_value() for pid, secret in info.data.get("persona_tokens", {}).items()}
+        persona_of_token = {token: pid for pid, token in personas.items()}
+        admin = info.data.get("admin_token")
+        for agent_id, value in plain.items():
+            if agent_id in personas:
+                raise ValueError(f"agent {persona_named(agent_id)} has the id of a persona (ARBITER_PERSONA_TOKENS)")
+            if value in persona_of_token:
+                raise ValueError(
+                    f"the token of agent {persona_named(agent_id)} is the token of persona "
+                    f"{persona_named(persona_of_token[value])}; give each its own"
+                )
+            if admin is not None and value == admin.get_secret_value():
+                raise ValueError(
+                    f"the token of agent {persona_named(agent_id)} is the admin token (ARBITER_ADMIN_TOKEN); "
                     "give each its own"
                 )
         return tokens

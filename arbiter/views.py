@@ -95,9 +95,10 @@ def settings_view(
     )
 
 
-def persona_view(info: PersonaInfo) -> wire.PersonaInfoView:
+def persona_view(info: PersonaInfo, *, kind: wire.MemberKind = "persona") -> wire.PersonaInfoView:
     return wire.PersonaInfoView(
         id=info.id,
+        kind=kind,
         display_name=info.display_name,
         aliases=list(info.aliases),
         color=info.color,

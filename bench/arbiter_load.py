@@ -20,6 +20,12 @@ The clients speak HTTP/1.1 over plain asyncio connections, with httptools parsin
 benchmark shares the machine's cores with the arbiter, and aiohttp's client spends more CPU per request
 than the arbiter does, so with it the benchmark would measure mostly itself.
 
+Each run is made twice in a row, with the same number of clients: over the HTTP API, then over MCP (``/mcp``, the
+2025 protocol with a session, as the reference design's agents and desktop clients speak it: ``claim``, ``speak``,
+``release``, ``consume``, ``status`` and ``history`` as tool calls). The table's ``MCP grants/s`` is the second.
+The MCP clients are hand-rolled on the same connections as the HTTP ones, for the same reason: the SDK's client
+would measure itself (the SDK's own client is what the tests drive the endpoint with).
+
 ``--without-http`` also runs the same mix straight against the arbiter's service inside the benchmark's
 process (SQLite only): the arbiter's own work, with the HTTP layer taken away, to show what each costs.
 """
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -118,6 +125,7 @@ class Result:
     seconds: float
     tally: Tally
     usage: Usage
+    mcp: Result | None = None  # the same run over MCP
 
     def row(self) -> list[str]:
         lat = sorted(self.tally.latencies)
@@ -128,6 +136,7 @@ class Result:
             str(self.clients),
             str(self.channels),
             f"{self.tally.grants / self.seconds:,.0f}",
+            "n/a" if self.mcp is None else f"{self.mcp.tally.grants / self.mcp.seconds:,.0f}",
             f"{self.tally.messages / self.seconds:,.0f}",
             f"{len(lat) / self.seconds:,.0f}",
             f"{p50:.2f}",
@@ -144,6 +153,7 @@ HEADER = [
     "clients",
     "channels",
     "grants/s",
+    "MCP grants/s",
     "messages/s",
     "requests/s",
     "p50 ms",
@@ -163,6 +173,7 @@ class Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._body = bytearray()
         self._answer: asyncio.Future[tuple[int, bytes]] | None = None
+        self.headers: dict[str, str] = {}  # the last answer's, names in lower case
 
     @classmethod
     async def open(cls, host: str, port: int) -> Connection:
@@ -197,6 +208,12 @@ class Connection(asyncio.Protocol):
         self._fail(ConnectionError("the arbiter closed the connection"))
 
     # httptools callbacks
+
+    def on_message_begin(self) -> None:
+        self.headers = {}
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
     def on_body(self, body: bytes) -> None:
         self._body += body
@@ -324,6 +341,86 @@ class HttpClient(Client):
         await self._call("GET", f"{channel}/history?after={after}&limit=20")
 
 
+class McpClient(Client):
+    """Through ``/mcp``: a session opened once (initialize), then one tool call per step, each a JSON-RPC request
+    whose answer comes as a short event stream."""
+
+    VERSION = "2025-11-25"
+
+    def __init__(self, connection: Connection, host: str, token: str, channels: list[str], tally: Tally) -> None:
+        super().__init__(token, channels, tally)
+        self._connection = connection
+        self._headers = (
+            f"Host: {host}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+            "Accept: application/json, text/event-stream\r\n"
+        )
+        self._ids = 0
+
+    async def _post(self, message: dict[str, Any]) -> tuple[int, bytes]:
+        payload = json.dumps(message).encode()
+        head = f"POST /mcp HTTP/1.1\r\n{self._headers}Content-Length: {len(payload)}\r\n\r\n"
+        return await self._connection.request(head.encode(), payload)
+
+    async def open(self) -> None:
+        initialize = {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": self.VERSION,
+                "capabilities": {},
+                "clientInfo": {"name": "bench", "version": "0"},
+            },
+        }
+        status, _ = await self._post(initialize)
+        session = self._connection.headers.get("mcp-session-id")
+        if status != 200 or session is None:
+            raise RuntimeError(f"the arbiter did not open an MCP session ({status})")
+        self._headers += f"Mcp-Session-Id: {session}\r\nMcp-Protocol-Version: {self.VERSION}\r\n"
+        await self._post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    async def _tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        self._ids += 1
+        call = {
+            "jsonrpc": "2.0",
+            "id": self._ids,
+            "method": "tools/call",
+            "params": {"name": name, "arguments": arguments},
+        }
+        status, answer = await self._post(call)
+        if status >= 400:
+            self._tally.errors += 1
+            return None
+        # One event ("data: {...}") when answered as a stream, or the JSON itself.
+        data = next((line[5:] for line in answer.splitlines() if line.startswith(b"data:")), answer)
+        result = json.loads(data).get("result", {})
+        if result.get("isError"):
+            self._tally.errors += 1
+            return None
+        return result.get("structuredContent")
+
+    async def claim(self, channel: str, tier: str) -> str | None:
+        data = await self._tool("claim", {"channel": channel, "tier": tier})
+        return data["claim"]["claim_id"] if data is not None and self._verdict(data["granted"]) else None
+
+    async def speak(self, channel: str, claim: str, text: str, tier: str) -> int | None:
+        data = await self._tool("speak", {"channel": channel, "claim_id": claim, "message": text, "tier": tier})
+        return data["message"]["seq"] if data is not None and self._verdict(data["granted"]) else None
+
+    async def release(self, channel: str, claim: str) -> None:
+        await self._tool("release", {"channel": channel, "claim_id": claim})
+
+    async def consume(self, channel: str, text: str) -> bool:
+        data = await self._tool("consume", {"channel": channel, "tier": "aizuchi", "message": text})
+        return data is not None and self._verdict(data["success"])
+
+    async def status(self, channel: str) -> None:
+        await self._tool("status", {"channel": channel})
+
+    async def history(self, channel: str, after: int) -> None:
+        await self._tool("history", {"channel": channel, "after": after, "limit": 20})
+
+
 class ServiceClient(Client):
     """Straight to the arbiter's service in this process: the same work without HTTP, to show what the API
     layer costs."""
@@ -421,12 +518,20 @@ async def _run_mix(
 
 
 async def _measure(
-    base: str, pid: int, database: str, *, clients: int, channels: int, seconds: float, tokens: list[str]
+    base: str,
+    pid: int,
+    database: str,
+    *,
+    clients: int,
+    channels: int,
+    seconds: float,
+    tokens: list[str],
+    protocol: str = "http",
 ) -> Result:
     admin = {"Authorization": f"Bearer {ADMIN}"}
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
-        names = [f"bench-{clients}-{index}" for index in range(channels)]
+        names = [f"bench-{protocol}-{clients}-{index}" for index in range(channels)]
         for name in names:
             body = {"capacity": CAPACITY, "idle_cap": 1_000}
             async with session.put(f"{base}/v1/channels/{name}", json=body, headers=admin) as r:
@@ -441,9 +546,14 @@ async def _measure(
         assert url.hostname is not None and url.port is not None
         connections = [await Connection.open(url.hostname, url.port) for _ in range(clients)]
         try:
-            workers: list[Client] = [
-                HttpClient(connections[i], url.netloc, tokens[i], names, Tally()) for i in range(clients)
-            ]
+            workers: list[Client]
+            if protocol == "mcp":
+                mcp = [McpClient(connections[i], url.netloc, tokens[i], names, Tally()) for i in range(clients)]
+                for client in mcp:
+                    await client.open()
+                workers = list(mcp)
+            else:
+                workers = [HttpClient(connections[i], url.netloc, tokens[i], names, Tally()) for i in range(clients)]
             elapsed, tally, usage = await _run_mix(workers, say, names, seconds, pid)
         finally:
             for connection in connections:
@@ -526,12 +636,15 @@ async def run_benchmark(args: argparse.Namespace) -> int:
             try:
                 async with _arbiter_process(url, personas) as (base, pid):
                     for clients in args.clients:
-                        result = await _measure(
-                            base, pid, database,
-                            clients=clients, channels=args.channels, seconds=args.seconds, tokens=tokens,
-                        )  # fmt: skip
-                        results.append(result)
-                        print("  " + " ".join(result.row()), flush=True)
+                        runs: dict[str, Result] = {}
+                        for protocol in ("http", "mcp"):
+                            run = await _measure(
+                                base, pid, database, protocol=protocol,
+                                clients=clients, channels=args.channels, seconds=args.seconds, tokens=tokens,
+                            )  # fmt: skip
+                            runs[protocol] = run
+                            print(f"  {protocol:>4} " + " ".join(run.row()), flush=True)
+                        results.append(dataclasses.replace(runs["http"], mcp=runs["mcp"]))
             finally:
                 if dropped is not None:
                     await _drop_postgres(*dropped)

@@ -13,6 +13,7 @@ from arbiter.api.openapi import openapi_document
 from arbiter.api.routes import AUTH, MAX_BODY, SERVICE, add_routes
 from arbiter.api.stream import HUB, events_handler
 from arbiter.contract import Health
+from arbiter.mcp.route import McpEndpoint, add_mcp_routes
 
 if TYPE_CHECKING:
     from arbiter.api.auth import TokenAuth
@@ -58,4 +59,5 @@ def build_app(service: ArbiterService, hub: EventHub, auth: TokenAuth) -> web.Ap
     app.router.add_get("/v1/channels/{channel_id}/events", events_handler)
     app.router.add_get("/v1/openapi.json", _openapi)
     app.router.add_get("/v1/health", _health)
+    add_mcp_routes(app, McpEndpoint(service, hub, package_version()))
     return app

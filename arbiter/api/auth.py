@@ -1,4 +1,4 @@
-"""Bearer tokens: one per persona (it may act only as itself) and one for administrators."""
+"""Bearer tokens: one per member, persona or external agent (it may act only as itself), and one for administrators."""
 
 from __future__ import annotations
 
@@ -63,11 +63,15 @@ class TokenAuth:
             raise Unauthorized("missing Authorization header; send 'Authorization: Bearer <token>'")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthorized("malformed Authorization header; expected 'Bearer <token>'")
+        return self.identify(token.strip())
+
+    def identify(self, token: str) -> Principal:
+        """Whose token this is (from a header, or from a URL for clients that can set nothing else)."""
         try:
-            digest = _digest(token.strip())
+            digest = _digest(token)
         except UnicodeEncodeError:
             # aiohttp keeps bytes that are not UTF-8 as lone surrogates, which no token is made of.
-            raise Unauthorized("malformed Authorization header; the token is not valid UTF-8") from None
+            raise Unauthorized("malformed token; it is not valid UTF-8") from None
         if self._admin is not None and hmac.compare_digest(digest, self._admin):
             return ADMIN
         principal = self._by_digest.get(digest)

@@ -107,6 +107,8 @@ def openapi_document(version: str) -> dict[str, Any]:
     # The two routes build_app adds beside the endpoint table; public, like any health check.
     paths["/v1/health"] = {"get": _public_operation("health", "Whether the arbiter is up", {"schema": _ref(Health)})}
     paths["/v1/openapi.json"] = {"get": _public_operation("openapi", "This document (OpenAPI 3.1)", {})}
+    for path in MCP_PATHS:
+        paths[path] = {method.lower(): _mcp_operation(path, method) for method in MCP_METHODS}
     return {
         "openapi": "3.1.0",
         "info": {
@@ -120,6 +122,14 @@ def openapi_document(version: str) -> dict[str, Any]:
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
     }
+
+
+MCP_PATHS = ("/mcp", "/mcp/{channel_id}", "/mcp/key/{token}", "/mcp/key/{token}/{channel_id}")
+MCP_METHODS = {
+    "POST": "send a JSON-RPC message",
+    "GET": "the session's stream of notifications",
+    "DELETE": "end the session",
+}
 
 
 def _inputs() -> set[type[BaseModel]]:
@@ -175,3 +185,32 @@ def _after_schema() -> dict[str, Any]:
     # The stream reads ?after= with the history's query model: the same bounds.
     schema: dict[str, Any] = HistoryQuery.model_json_schema()["properties"]["after"]
     return {key: value for key, value in schema.items() if key != "default"}
+
+
+def _mcp_operation(path: str, method: str) -> dict[str, Any]:
+    parameters = [
+        {"name": name, "in": "path", "required": True, "schema": schema}
+        for name, schema in (
+            ("token", {"type": "string", "minLength": 1}),
+            ("channel_id", _PARAM_SCHEMAS["channel_id"]),
+        )
+        if f"{{{name}}}" in path
+    ]
+    suffix = path.removeprefix("/mcp").replace("/", "_").replace("{", "").replace("}", "")
+    operation: dict[str, Any] = {
+        "summary": f"MCP (Streamable HTTP): {MCP_METHODS[method]}",
+        "operationId": f"mcp{suffix}_{method.lower()}",
+        "tags": ["mcp"],
+        "description": "The Model Context Protocol, spoken by MCP clients (JSON-RPC): its tools are listed by "
+        "tools/list, not here. The token goes in the Authorization header, or in the path (/mcp/key/<token>) for "
+        "clients that can set only a URL; the channel in the path, or as each tool's channel argument.",
+        "parameters": parameters,
+        "responses": {
+            "200": {"description": "a JSON-RPC answer (JSON, or a text/event-stream)"},
+            "401": {"description": _ERRORS[401], "content": {"application/json": {"schema": _ref(ErrorBody)}}},
+        },
+        "x-access": "persona, agent or admin",
+    }
+    if "{token}" not in path:
+        operation["security"] = [{"bearer": []}]
+    return operation

@@ -35,11 +35,14 @@ def status_text(status: StatusView, settings: SettingsView, personas: PersonaLis
     budget = "no budget" if status.daily_token_budget is None else f"{status.daily_token_budget:,}"
     lines.append(f"Tokens today: {status.tokens_today:,} / {budget}")
     names = {info.id: info.display_name for info in personas.personas}
-    marks = []
-    for persona_id, policy in sorted(settings.personas.items()):
+    agents = {info.id for info in personas.personas if info.kind == "agent"}
+    marks: dict[bool, list[str]] = {False: [], True: []}  # by whether the member is an external agent
+    for member_id, policy in sorted(settings.personas.items()):
         mark = "muted" if policy.muted else "on" if policy.enabled else "off"
-        marks.append(f"{names.get(persona_id, persona_id)} ({mark})")
-    lines.append("Personas: " + (", ".join(marks) if marks else "none"))
+        marks[member_id in agents].append(f"{names.get(member_id, member_id)} ({mark})")
+    lines.append("Personas: " + (", ".join(marks[False]) if marks[False] else "none"))
+    if marks[True]:
+        lines.append("Agents (MCP): " + ", ".join(marks[True]))
     if status.topic:
         lines.append(f"Topic: {status.topic}")
     return "\n".join(lines)

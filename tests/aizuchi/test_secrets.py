@@ -12,6 +12,7 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING
 
+import aiohttp
 import pytest
 
 from tests.conftest import ADMIN_TOKEN, PERSONA_TOKENS
@@ -72,6 +73,40 @@ def aizuchi(workdir: Path, *args: str, **env: str) -> subprocess.CompletedProces
             {"ARBITER_PERSONA_TOKENS": json.dumps({"hana": SECRET[:10]})},
             "ARBITER_PERSONA_TOKENS: the token of 'hana' must be at least 16 characters",
             id="a-short-token",
+        ),
+        pytest.param(
+            "arbiter",
+            {"ARBITER_PERSONA_TOKENS": json.dumps({"hana": OTHER}), "ARBITER_AGENT_TOKENS": json.dumps({"aya": OTHER})},
+            "ARBITER_AGENT_TOKENS: the token of agent 'aya' is the token of persona 'hana'; give each its own",
+            id="an-agent-with-a-personas-token",
+        ),
+        pytest.param(
+            "arbiter",
+            {"ARBITER_ADMIN_TOKEN": SECRET, "ARBITER_AGENT_TOKENS": json.dumps({"aya": SECRET})},
+            "ARBITER_AGENT_TOKENS: the token of agent 'aya' is the admin token (ARBITER_ADMIN_TOKEN); "
+            "give each its own",
+            id="an-agent-with-the-admin-token",
+        ),
+        pytest.param(
+            "arbiter",
+            {"ARBITER_AGENT_TOKENS": json.dumps({"aya": SECRET, "natsu": SECRET})},
+            "ARBITER_AGENT_TOKENS: agents 'aya' and 'natsu' have the same token; give each agent its own",
+            id="two-agents-one-token",
+        ),
+        pytest.param(
+            "arbiter",
+            {
+                "ARBITER_PERSONA_TOKENS": json.dumps({"hana": OTHER}),
+                "ARBITER_AGENT_TOKENS": json.dumps({"hana": SECRET}),
+            },
+            "ARBITER_AGENT_TOKENS: agent 'hana' has the id of a persona (ARBITER_PERSONA_TOKENS)",
+            id="an-agent-with-a-personas-id",
+        ),
+        pytest.param(
+            "arbiter",
+            {"ARBITER_AGENT_TOKENS": json.dumps({"aya": SECRET[:10]})},
+            "ARBITER_AGENT_TOKENS: the token of agent 'aya' must be at least 16 characters",
+            id="an-agent-with-a-short-token",
         ),
         pytest.param(
             "personas",
@@ -151,3 +186,67 @@ def test_a_settings_error_printed_whole_shows_no_value(monkeypatch: pytest.Monke
     assert "persona_tokens" in str(raised.value).lower()
     assert SECRET[:12] not in str(raised.value)
     assert SECRET[:12] not in repr(raised.value)
+
+
+async def test_a_token_in_an_mcp_url_is_never_logged(tmp_path: Path) -> None:
+    """An agent that can set only a URL carries its token in the path. Run at DEBUG, with calls that succeed, fail
+    and are refused, the arbiter's log never shows it, nor a token sent in a header."""
+    from urllib.parse import quote
+
+    from mcp import Client
+
+    from tests.conftest import PERSONA_TOKENS
+
+    agents = {"aya": SECRET}
+    env = {"ARBITER_AGENT_TOKENS": json.dumps(agents), "ARBITER_LOG_LEVEL": "DEBUG"}
+    async with arbiter_process(f"sqlite:///{tmp_path / 'arbiter.db'}", tmp_path, env=env) as arbiter:
+        admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        async with aiohttp.ClientSession() as http:
+            async with http.put(f"{arbiter.url}/v1/channels/lobby", json={}, headers=admin) as created:
+                assert created.status == 200
+            base = f"{arbiter.url}/mcp/key/{quote(SECRET, safe='')}"
+            async with Client(f"{base}/lobby", mode="legacy") as client:
+                spoken = await client.call_tool("consume", {"amount": 5, "message": "なるほど", "from": "aya"})
+                assert spoken.structured_content is not None and spoken.structured_content["success"] is True
+                refused = await client.call_tool("consume", {"amount": 5, "message": "hi", "from": "hana"})
+                assert refused.is_error
+                await client.call_tool("status", {"channel": "nowhere"})
+            request = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+            for path, status in (
+                (f"{base}/bad%20channel", 422),
+                (f"{arbiter.url}/mcp/key/{quote(OTHER, safe='')}/lobby", 401),
+            ):
+                async with http.post(path, json=request) as answer:
+                    assert answer.status == status
+            persona = {"Authorization": f"Bearer {PERSONA_TOKENS['hana']}", "Accept": "application/json"}
+            async with http.post(f"{arbiter.url}/mcp/lobby", json=request, headers=persona) as answer:
+                assert answer.status in (200, 400, 406)
+        await asyncio.sleep(0.5)
+        arbiter.stop()
+        log = arbiter.stderr.read_text(errors="replace")
+    assert "MCP endpoint started" in log, log  # the log is on, at DEBUG, and heard the MCP side
+    for secret in (SECRET, quote(SECRET, safe=""), OTHER, PERSONA_TOKENS["hana"], ADMIN_TOKEN):
+        assert secret not in log, log
+
+
+async def test_the_access_log_shows_an_mcp_url_without_its_token(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """aiohttp's access log (on where a server is run with one, as the test server is) prints each request line."""
+    import logging
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from arbiter.server import open_arbiter
+    from tests.conftest import make_settings
+
+    settings = make_settings(f"sqlite:///{tmp_path / 'arbiter.db'}", agent_tokens={"aya": OTHER})
+    with caplog.at_level(logging.INFO, logger="aiohttp.access"):
+        async with open_arbiter(settings) as arbiter, TestClient(TestServer(arbiter.app)) as client:
+            async with client.post(f"/mcp/key/{OTHER}/lobby", json={"jsonrpc": "2.0", "id": 1, "method": "x"}):
+                pass
+            async with client.post(f"/mcp/key/{SECRET[:20]}/lobby", json={}):
+                pass
+    logged = "\n".join(record.getMessage() for record in caplog.records if record.name == "aiohttp.access")
+    assert "/mcp/key/***/lobby" in logged, logged
+    assert OTHER not in caplog.text and SECRET[:20] not in caplog.text

@@ -215,9 +215,11 @@ async def arbiter_process(
     name: str = "arbiter",
     personas: Mapping[str, str] | None = None,
     startup_s: float = 30.0,
+    env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[ArbiterProcess]:
-    """Start ``python -m aizuchi arbiter`` and wait for its URL; terminate it on exit, also when the test fails."""
-    process, stdout, stderr = _spawn(workdir, name, _environment(database_url, personas or {}))
+    """Start ``python -m aizuchi arbiter`` and wait for its URL; terminate it on exit, also when the test fails.
+    ``env`` adds to (or overrides) its environment."""
+    process, stdout, stderr = _spawn(workdir, name, {**_environment(database_url, personas or {}), **(env or {})})
     handle = ArbiterProcess(process, "", stderr)
     try:
         deadline = time.monotonic() + startup_s

@@ -775,9 +775,9 @@ async def test_personas_list_how_each_registered(api: Api) -> None:
     await api.call("PUT", "/v1/personas/hana", "hana", json=body, expect=204)
     listed = await api.call("GET", "/v1/personas", "kai")
     assert listed["personas"] == [
-        {"id": "hana", **{**body, "aliases": ["はな"]}},
-        {"id": "kai", "display_name": "kai", "aliases": [], "color": None, "platform_user_id": None},
-        {"id": "mio", "display_name": "mio", "aliases": [], "color": None, "platform_user_id": None},
+        {"id": "hana", "kind": "persona", **{**body, "aliases": ["はな"]}},
+        {"id": "kai", "kind": "persona", "display_name": "kai", "aliases": [], "color": None, "platform_user_id": None},
+        {"id": "mio", "kind": "persona", "display_name": "mio", "aliases": [], "color": None, "platform_user_id": None},
     ]
 
 

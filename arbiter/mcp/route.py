@@ -1,0 +1,136 @@
+"""``/mcp`` on the arbiter's aiohttp app: who is calling, which channel, and the request handed to the MCP SDK.
+
+The URLs (the channel is optional in each; without it, every tool takes a ``channel`` argument):
+
+- ``/mcp`` and ``/mcp/<channel>``: the token in the ``Authorization: Bearer <token>`` header;
+- ``/mcp/key/<token>`` and ``/mcp/key/<token>/<channel>``: the token in the path, for clients that can set nothing
+  but a URL (the reference design's agents). Percent-encode a token that has characters other than letters,
+  digits and ``-._~``. Every log shows such a path as ``/mcp/key/***``; the SDK never sees it.
+
+The SDK is imported, and its session manager started, on the first request (``McpEndpoint``): an arbiter nobody
+reaches over MCP starts as fast as before, and its other routes are untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import re
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from arbiter.api.openapi import MCP_METHODS, MCP_PATHS
+from arbiter.api.routes import AUTH, _check_path
+from arbiter.mcp.bridge import serve_asgi
+from arbiter.mcp.tools import Caller
+
+if TYPE_CHECKING:
+    from arbiter.events import EventHub
+    from arbiter.mcp.server import McpApp
+    from arbiter.service import ArbiterService
+
+__all__ = ("MCP", "McpEndpoint", "RedactUrlTokens", "add_mcp_routes", "redact")
+
+_log = logging.getLogger(__name__)
+
+_IN_PATH = re.compile(r"/mcp/key/[^/\s?#\"']+")
+
+
+def redact(text: str) -> str:
+    return _IN_PATH.sub("/mcp/key/***", text)
+
+
+class RedactUrlTokens(logging.Filter):
+    """A record that mentions a ``/mcp/key/<token>`` path (aiohttp's access log, its errors) shows it without the
+    token: the message is formatted here, with the token taken out, and so are the record's other string fields
+    (aiohttp's access log passes the request line as extras too)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "/mcp/key/" in message:
+            record.msg, record.args = redact(message), None
+        for name, value in list(vars(record).items()):
+            if isinstance(value, str) and "/mcp/key/" in value and name != "msg":
+                setattr(record, name, redact(value))
+        return True
+
+
+def _redact_logs() -> None:
+    """On the loggers themselves (not a handler), so it holds whatever handlers the process has; once."""
+    for name in ("aiohttp.access", "aiohttp.server", "aiohttp.web", "arbiter"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(existing, RedactUrlTokens) for existing in logger.filters):
+            logger.addFilter(RedactUrlTokens())
+
+
+class McpEndpoint:
+    """Serves ``/mcp``: starts the SDK's side (``arbiter.mcp.server.McpApp``) on first use, in a task of its own
+    that runs until ``close``."""
+
+    def __init__(self, service: ArbiterService, hub: EventHub, version: str) -> None:
+        self._service = service
+        self._hub = hub
+        self._version = version
+        self._ready: asyncio.Future[McpApp] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        caller = self._caller(request)
+        app = await self._started()
+        response = await serve_asgi(app.asgi, request, "/mcp", app.scope(caller))
+        session = request.headers.get("Mcp-Session-Id")
+        if session and (response.status == 404 or (request.method == "DELETE" and response.status < 300)):
+            app.forget_session(session)
+        return response
+
+    @staticmethod
+    def _caller(request: web.Request) -> Caller:
+        auth = request.app[AUTH]
+        token = request.match_info.get("token")
+        principal = auth.identify(token) if token is not None else auth.principal(request)
+        _check_path(request)
+        return Caller(principal.persona_id, request.match_info.get("channel_id"))
+
+    async def _started(self) -> McpApp:
+        if self._ready is None:
+            self._ready = asyncio.get_running_loop().create_future()
+            self._task = asyncio.create_task(self._run(self._ready), name="mcp")
+        return await asyncio.shield(self._ready)
+
+    async def _run(self, ready: asyncio.Future[McpApp]) -> None:
+        try:
+            # Loading the SDK takes a second: in a thread, so the arbiter goes on answering meanwhile.
+            module = await asyncio.to_thread(importlib.import_module, "arbiter.mcp.server")
+            app: McpApp = module.McpApp(self._service, self._hub, self._version)
+            async with app.running():
+                ready.set_result(app)
+                _log.info("MCP endpoint started")
+                await self._stop.wait()
+        except BaseException as error:
+            if not ready.done():
+                ready.set_exception(error)
+                _log.exception("the MCP endpoint could not start")
+            raise
+
+    async def close(self, _app: Any = None) -> None:
+        """End every MCP session and stream (its open streams would otherwise hold the arbiter's shutdown)."""
+        self._stop.set()
+        if self._task is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await self._task
+
+
+MCP = web.AppKey("mcp", McpEndpoint)
+
+
+def add_mcp_routes(app: web.Application, endpoint: McpEndpoint) -> None:
+    _redact_logs()
+    app[MCP] = endpoint
+    app.on_shutdown.append(endpoint.close)
+    for path in MCP_PATHS:
+        for method in MCP_METHODS:
+            app.router.add_route(method, path, endpoint.handle)
