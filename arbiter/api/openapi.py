@@ -124,7 +124,8 @@ def openapi_document(version: str) -> dict[str, Any]:
     }
 
 
-MCP_PATHS = ("/mcp", "/mcp/{channel_id}", "/mcp/key/{token}", "/mcp/key/{token}/{channel_id}")
+# Each ends in /mcp: clients such as the MCP Inspector send anything else to <origin>/mcp instead.
+MCP_PATHS = ("/mcp", "/channels/{channel_id}/mcp", "/key/{token}/mcp", "/key/{token}/channels/{channel_id}/mcp")
 MCP_METHODS = {
     "POST": "send a JSON-RPC message",
     "GET": "the session's stream of notifications",
@@ -202,7 +203,7 @@ def _mcp_operation(path: str, method: str) -> dict[str, Any]:
         "operationId": f"mcp{suffix}_{method.lower()}",
         "tags": ["mcp"],
         "description": "The Model Context Protocol, spoken by MCP clients (JSON-RPC): its tools are listed by "
-        "tools/list, not here. The token goes in the Authorization header, or in the path (/mcp/key/<token>) for "
+        "tools/list, not here. The token goes in the Authorization header, or in the path (/key/<token>/mcp) for "
         "clients that can set only a URL; the channel in the path, or as each tool's channel argument.",
         "parameters": parameters,
         "responses": {

@@ -2,10 +2,13 @@
 
 The URLs (the channel is optional in each; without it, every tool takes a ``channel`` argument):
 
-- ``/mcp`` and ``/mcp/<channel>``: the token in the ``Authorization: Bearer <token>`` header;
-- ``/mcp/key/<token>`` and ``/mcp/key/<token>/<channel>``: the token in the path, for clients that can set nothing
-  but a URL (the reference design's agents). Percent-encode a token that has characters other than letters,
-  digits and ``-._~``. Every log shows such a path as ``/mcp/key/***``; the SDK never sees it.
+- ``/mcp`` and ``/channels/<channel>/mcp``: the token in the ``Authorization: Bearer <token>`` header;
+- ``/key/<token>/mcp`` and ``/key/<token>/channels/<channel>/mcp``: the token in the path, for clients that can set
+  nothing but a URL (the reference design's agents). Percent-encode a token that has characters other than
+  letters, digits and ``-._~``. Every log shows such a path as ``/key/***/...``; the SDK never sees it.
+
+Every form ends in ``/mcp``: some clients (the MCP Inspector's command line) send a URL that does not to
+``<origin>/mcp`` instead, dropping the rest of its path.
 
 The SDK is imported, and its session manager started, on the first request (``McpEndpoint``): an arbiter nobody
 reaches over MCP starts as fast as before, and its other routes are untouched.
@@ -36,24 +39,25 @@ __all__ = ("MCP", "McpEndpoint", "RedactUrlTokens", "add_mcp_routes", "redact")
 
 _log = logging.getLogger(__name__)
 
-_IN_PATH = re.compile(r"/mcp/key/[^/\s?#\"']+")
+# Up to where the path goes on: a token sent with an unencoded "/" must not leave its tail in a log either.
+_IN_PATH = re.compile(r"/key/[^\s?#\"']*?(?=/channels/|/mcp(?:[/\s?#\"']|$)|[\s?#\"']|$)")
 
 
 def redact(text: str) -> str:
-    return _IN_PATH.sub("/mcp/key/***", text)
+    return _IN_PATH.sub("/key/***", text)
 
 
 class RedactUrlTokens(logging.Filter):
-    """A record that mentions a ``/mcp/key/<token>`` path (aiohttp's access log, its errors) shows it without the
+    """A record that mentions a ``/key/<token>/...mcp`` path (aiohttp's access log, its errors) shows it without the
     token: the message is formatted here, with the token taken out, and so are the record's other string fields
     (aiohttp's access log passes the request line as extras too)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        if "/mcp/key/" in message:
+        if "/key/" in message:
             record.msg, record.args = redact(message), None
         for name, value in list(vars(record).items()):
-            if isinstance(value, str) and "/mcp/key/" in value and name != "msg":
+            if isinstance(value, str) and "/key/" in value and name != "msg":
                 setattr(record, name, redact(value))
         return True
 

@@ -204,8 +204,8 @@ async def test_a_token_in_an_mcp_url_is_never_logged(tmp_path: Path) -> None:
         async with aiohttp.ClientSession() as http:
             async with http.put(f"{arbiter.url}/v1/channels/lobby", json={}, headers=admin) as created:
                 assert created.status == 200
-            base = f"{arbiter.url}/mcp/key/{quote(SECRET, safe='')}"
-            async with Client(f"{base}/lobby", mode="legacy") as client:
+            base = f"{arbiter.url}/key/{quote(SECRET, safe='')}"
+            async with Client(f"{base}/channels/lobby/mcp", mode="legacy") as client:
                 spoken = await client.call_tool("consume", {"amount": 5, "message": "なるほど", "from": "aya"})
                 assert spoken.structured_content is not None and spoken.structured_content["success"] is True
                 refused = await client.call_tool("consume", {"amount": 5, "message": "hi", "from": "hana"})
@@ -213,13 +213,13 @@ async def test_a_token_in_an_mcp_url_is_never_logged(tmp_path: Path) -> None:
                 await client.call_tool("status", {"channel": "nowhere"})
             request = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
             for path, status in (
-                (f"{base}/bad%20channel", 422),
-                (f"{arbiter.url}/mcp/key/{quote(OTHER, safe='')}/lobby", 401),
+                (f"{base}/channels/bad%20channel/mcp", 422),
+                (f"{arbiter.url}/key/{quote(OTHER, safe='')}/channels/lobby/mcp", 401),
             ):
                 async with http.post(path, json=request) as answer:
                     assert answer.status == status
             persona = {"Authorization": f"Bearer {PERSONA_TOKENS['hana']}", "Accept": "application/json"}
-            async with http.post(f"{arbiter.url}/mcp/lobby", json=request, headers=persona) as answer:
+            async with http.post(f"{arbiter.url}/channels/lobby/mcp", json=request, headers=persona) as answer:
                 assert answer.status in (200, 400, 406)
         await asyncio.sleep(0.5)
         arbiter.stop()
@@ -243,10 +243,11 @@ async def test_the_access_log_shows_an_mcp_url_without_its_token(
     settings = make_settings(f"sqlite:///{tmp_path / 'arbiter.db'}", agent_tokens={"aya": OTHER})
     with caplog.at_level(logging.INFO, logger="aiohttp.access"):
         async with open_arbiter(settings) as arbiter, TestClient(TestServer(arbiter.app)) as client:
-            async with client.post(f"/mcp/key/{OTHER}/lobby", json={"jsonrpc": "2.0", "id": 1, "method": "x"}):
+            async with client.post(f"/key/{OTHER}/channels/lobby/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "x"}):
                 pass
-            async with client.post(f"/mcp/key/{SECRET[:20]}/lobby", json={}):
+            async with client.post(f"/key/{SECRET[:20]}/mcp", json={}):
                 pass
     logged = "\n".join(record.getMessage() for record in caplog.records if record.name == "aiohttp.access")
-    assert "/mcp/key/***/lobby" in logged, logged
+    assert "/key/***/channels/lobby/mcp" in logged, logged
+    assert "/key/***/mcp" in logged, logged
     assert OTHER not in caplog.text and SECRET[:20] not in caplog.text

@@ -48,7 +48,7 @@ class Served:
 
     @contextlib.asynccontextmanager
     async def client(
-        self, who: str, *, path: str = f"/mcp/{CHANNEL}", mode: str = "legacy", **options: Any
+        self, who: str, *, path: str = f"/channels/{CHANNEL}/mcp", mode: str = "legacy", **options: Any
     ) -> AsyncIterator[Client]:
         """An SDK client as ``who``, its token in the Authorization header."""
         headers = {"Authorization": f"Bearer {TOKENS[who]}"}
@@ -157,6 +157,18 @@ async def test_from_may_be_left_out_and_is_the_tokens_member(served: Served) -> 
     assert result.structured_content is not None and result.structured_content["success"] is True
     [message] = await served.history()
     assert (message["author_id"], message["author_kind"]) == ("natsu", "persona")
+
+
+async def test_whole_numbers_sent_as_text_are_understood(served: Served) -> None:
+    # The MCP Inspector's command line sends every argument as text: amount=5 arrives as "5".
+    async with served.client("natsu") as client:
+        result = await client.call_tool("consume", {"amount": "5", "message": "へえ"})
+        page = await client.call_tool("history", {"limit": "1"})
+        half = await client.call_tool("consume", {"amount": "5.5", "message": "へえ"})
+    assert result.structured_content is not None and result.structured_content["success"] is True
+    assert page.structured_content is not None and len(page.structured_content["history"]) == 1
+    assert half.is_error and text(half).startswith("amount:")
+    assert len(await served.history()) == 1
 
 
 async def test_people_appear_in_the_history_by_name_and_members_by_id(served: Served) -> None:
@@ -304,7 +316,7 @@ async def test_the_admin_token_cannot_speak_as_a_member(served: Served) -> None:
 
 
 async def test_a_token_in_the_path_acts_as_its_member(served: Served) -> None:
-    async with Client(f"{served.url}/mcp/key/{AGENTS['natsu']}/{CHANNEL}", mode="legacy") as client:
+    async with Client(f"{served.url}/key/{AGENTS['natsu']}/channels/{CHANNEL}/mcp", mode="legacy") as client:
         spoken = await client.call_tool("consume", {"amount": 5, "message": "なるほど", "from": "natsu"})
         other = await client.call_tool("consume", {"amount": 5, "message": "なるほど", "from": "aya"})
     assert spoken.structured_content is not None and spoken.structured_content["success"] is True
@@ -312,7 +324,7 @@ async def test_a_token_in_the_path_acts_as_its_member(served: Served) -> None:
     assert [m["author_id"] for m in await served.history()] == ["natsu"]
 
 
-@pytest.mark.parametrize("path", ["/mcp/key/not-a-token-of-anyone/lobby", "/mcp/lobby"])
+@pytest.mark.parametrize("path", ["/key/not-a-token-of-anyone/channels/lobby/mcp", "/channels/lobby/mcp"])
 async def test_an_unknown_or_missing_token_is_refused_before_the_protocol(served: Served, path: str) -> None:
     async with aiohttp.ClientSession() as session:
         body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
@@ -323,7 +335,7 @@ async def test_an_unknown_or_missing_token_is_refused_before_the_protocol(served
 
 
 async def test_a_session_is_served_only_to_the_token_that_opened_it(served: Served) -> None:
-    url = f"{served.url}/mcp/{CHANNEL}"
+    url = f"{served.url}/channels/{CHANNEL}/mcp"
     accept = {"Accept": "application/json, text/event-stream"}
     initialize = {
         "jsonrpc": "2.0",
