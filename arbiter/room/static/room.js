@@ -371,10 +371,12 @@
       const held = state.heldBack[persona.id];
       const attrs = { "data-persona": persona.id, "data-activity": what };
       if (held && held.detail) attrs.title = held.detail;
+      // An external agent (an MCP client with a token of its own) takes part like a persona; the room says which.
+      const agent = persona.kind === "agent" ? [el("span", { class: "hint", text: "agent" })] : [];
       return el(
         "li",
         attrs,
-        chip(persona.display_name, colorOf(persona.id)),
+        el("span", { class: "member" }, chip(persona.display_name, colorOf(persona.id)), ...agent),
         el("span", { class: `activity activity-${what}`, text: what }),
       );
     });
