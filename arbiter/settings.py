@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -35,6 +35,37 @@ def sharing_a_token(tokens: Mapping[str, str]) -> list[str]:
     for persona_id, token in tokens.items():
         by_token.setdefault(token, []).append(persona_id)
     return next((personas for personas in by_token.values() if len(personas) > 1), [])
+
+
+def _plain_tokens(
+    tokens: Mapping[str, SecretStr], kind: Literal["persona", "agent"], admin: SecretStr | None
+) -> dict[str, str]:
+    """The members' tokens in plain text, after the checks every member's token gets: a valid id, a long enough
+    token, one token per member, not the admin's. Each message names the member, never its token (see persona_named
+    for an id that may be one)."""
+    label = "" if kind == "persona" else "agent "
+    for member_id, token in tokens.items():
+        if not re.match(ID_PATTERN, member_id):
+            raise ValueError(
+                f"{persona_named(member_id)} is not a valid {kind} id: use 1-64 letters, digits, '_', '.' or '-'"
+            )
+        if len(token.get_secret_value()) < MIN_TOKEN_LENGTH:
+            raise ValueError(
+                f"the token of {label}{persona_named(member_id)} must be at least {MIN_TOKEN_LENGTH} characters"
+            )
+    plain = {member_id: secret.get_secret_value() for member_id, secret in tokens.items()}
+    shared = sharing_a_token(plain)
+    if shared:
+        # One token for two members would let either act as the other.
+        names = " and ".join(persona_named(member_id) for member_id in shared)
+        raise ValueError(f"{kind}s {names} have the same token; give each {kind} its own")
+    for member_id, value in plain.items():
+        if admin is not None and value == admin.get_secret_value():
+            raise ValueError(
+                f"the token of {label}{persona_named(member_id)} is the admin token (ARBITER_ADMIN_TOKEN); "
+                "give each its own"
+            )
+    return plain
 
 
 class ArbiterSettings(BaseSettings):
@@ -76,53 +107,17 @@ class ArbiterSettings(BaseSettings):
     @field_validator("persona_tokens")
     @classmethod
     def _check_tokens(cls, tokens: dict[str, SecretStr], info: ValidationInfo) -> dict[str, SecretStr]:
-        # Each message names the personas, never a token (see persona_named for a key that may be one).
-        for persona_id, token in tokens.items():
-            if not re.match(ID_PATTERN, persona_id):
-                raise ValueError(
-                    f"{persona_named(persona_id)} is not a valid persona id: use 1-64 letters, digits, '_', '.' or '-'"
-                )
-            if len(token.get_secret_value()) < MIN_TOKEN_LENGTH:
-                raise ValueError(
-                    f"the token of {persona_named(persona_id)} must be at least {MIN_TOKEN_LENGTH} characters"
-                )
-        plain = {persona_id: secret.get_secret_value() for persona_id, secret in tokens.items()}
-        shared = sharing_a_token(plain)
-        if shared:
-            # One token for two personas would let either act as the other.
-            names = " and ".join(persona_named(persona_id) for persona_id in shared)
-            raise ValueError(f"personas {names} have the same token; give each persona its own")
-        admin = info.data.get("admin_token")
-        for persona_id, value in plain.items():
-            if admin is not None and value == admin.get_secret_value():
-                raise ValueError(
-                    f"the token of {persona_named(persona_id)} is the admin token (ARBITER_ADMIN_TOKEN); "
-                    "give each its own"
-                )
+        _plain_tokens(tokens, "persona", info.data.get("admin_token"))
         return tokens
 
     @field_validator("agent_tokens")
     @classmethod
     def _check_agents(cls, tokens: dict[str, SecretStr], info: ValidationInfo) -> dict[str, SecretStr]:
-        # Checked like the personas' tokens, and against them: an agent is a member like a persona, so neither its
-        # id nor its token may be a persona's (or the admin's), or one could act as the other.
-        for agent_id, token in tokens.items():
-            if not re.match(ID_PATTERN, agent_id):
-                raise ValueError(
-                    f"{persona_named(agent_id)} is not a valid agent id: use 1-64 letters, digits, '_', '.' or '-'"
-                )
-            if len(token.get_secret_value()) < MIN_TOKEN_LENGTH:
-                raise ValueError(
-                    f"the token of agent {persona_named(agent_id)} must be at least {MIN_TOKEN_LENGTH} characters"
-                )
-        plain = {agent_id: secret.get_secret_value() for agent_id, secret in tokens.items()}
-        shared = sharing_a_token(plain)
-        if shared:
-            names = " and ".join(persona_named(agent_id) for agent_id in shared)
-            raise ValueError(f"agents {names} have the same token; give each agent its own")
+        # An agent is a member like a persona, so neither its id nor its token may be a persona's either, or one could
+        # act as the other.
+        plain = _plain_tokens(tokens, "agent", info.data.get("admin_token"))
         personas = {pid: secret.get_secret_value() for pid, secret in info.data.get("persona_tokens", {}).items()}
         persona_of_token = {token: pid for pid, token in personas.items()}
-        admin = info.data.get("admin_token")
         for agent_id, value in plain.items():
             if agent_id in personas:
                 raise ValueError(f"agent {persona_named(agent_id)} has the id of a persona (ARBITER_PERSONA_TOKENS)")
@@ -130,11 +125,6 @@ class ArbiterSettings(BaseSettings):
                 raise ValueError(
                     f"the token of agent {persona_named(agent_id)} is the token of persona "
                     f"{persona_named(persona_of_token[value])}; give each its own"
-                )
-            if admin is not None and value == admin.get_secret_value():
-                raise ValueError(
-                    f"the token of agent {persona_named(agent_id)} is the admin token (ARBITER_ADMIN_TOKEN); "
-                    "give each its own"
                 )
         return tokens
 
