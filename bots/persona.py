@@ -147,7 +147,7 @@ class McpServer(BaseModel):
         if (self.command is None) == (self.url is None):
             raise ValueError("give either command (a server run over stdio) or url (Streamable HTTP), not both")
         if self.url is not None and (self.args or self.env):
-            raise ValueError("args and env are for a command; a url server takes neither")
+            raise ValueError("args and env are for a command, a url server takes neither")
         return self
 
 

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from mcp.server import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 __all__ = ("Section", "parse_faq", "search")
 
@@ -114,7 +115,7 @@ def main() -> None:
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as error:
-            raise ValueError(f"the FAQ file cannot be read: {error.strerror or error}") from None
+            raise ToolError(f"the FAQ file cannot be read: {error.strerror or error}") from None
         return search(text, query)
 
     server.run("stdio")
