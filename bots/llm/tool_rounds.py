@@ -116,4 +116,3 @@ async def decide_with_tools(
 def _shown(call: ToolCall) -> str:
     arguments = json.dumps(call.arguments, ensure_ascii=False)
     return f"{call.name}({arguments[:80]})"
-
