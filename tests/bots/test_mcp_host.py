@@ -31,7 +31,7 @@ from tests.bots.test_runtime_providers import (
     tool_results,
 )
 from tests.support.fleet import make_persona
-from tests.support.llm_server import tool_call
+from tests.support.llm_server import text_reply, tool_call
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -242,4 +242,26 @@ async def test_the_sdks_round_trip_tool_calls_and_then_the_forced_decision(
     assert [r.startswith(EVENT_ANSWER) for r in tool_results(api, bodies[2])] == [True, True]
     # Every round's tokens count, not only the decision's.
     assert await tokens_today(live) == 3 * TOKENS_PER_ANSWER
+    await check_nothing_held(live)
+
+
+async def test_a_model_that_answers_in_words_is_made_to_decide_in_the_next_round(
+    fake_llm: FakeLLMServer, faq: Path, live: Live, host_of: Any, api: str
+) -> None:
+    # Tool use is required, but compatible servers do not all hold to it: the next round forces the decision.
+    fake_llm.script(text_reply("Let me think about that."), decision("remark", "Saturdays, I believe."))
+    persona = with_servers(make_persona("aoi"), faq_server(faq))
+    runtime = await live.start(persona, provider_for(fake_llm, api), CHANNEL, tools=await host_of(persona))
+
+    await ask(live, runtime, "Aoi, when is the weekly event?")
+
+    assert [post.text for post in live.room.posts] == ["Saturdays, I believe."]
+    bodies = fake_llm.bodies(api)  # type: ignore[arg-type]
+    forced = (
+        {"type": "tool", "name": "decide"}
+        if api == "anthropic"
+        else {"type": "function", "function": {"name": "decide"}}
+    )
+    assert [body["tool_choice"] == forced for body in bodies] == [False, True]
+    assert runtime.stats.llm_requests == 2 and await tokens_today(live) == 2 * TOKENS_PER_ANSWER
     await check_nothing_held(live)
