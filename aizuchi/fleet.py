@@ -13,6 +13,7 @@ from aizuchi.errors import SetupError
 from bots.arbiter_client import ArbiterClient
 from bots.llm.base import LLMAuthError
 from bots.llm.profiles import ProviderProfile, create_provider, load_profiles, required_key
+from bots.mcp_host import open_tools
 from bots.persona import Persona, load_personas
 from bots.runtime import PersonaRuntime
 from bots.tool_loop import ToolLoopRuntime
@@ -85,6 +86,12 @@ def cast_personas(settings: BotsSettings, env: Mapping[str, str], only: list[str
             required_key(profile, env)
         except LLMAuthError as error:
             raise SetupError(f"persona {persona.id}: {error.message}") from None
+        if persona.mcp_servers and profile.structured_output != "tools":
+            # Tool rounds end in a forced decide call, which these profiles are set up to avoid.
+            raise SetupError(
+                f"persona {persona.id} lists MCP servers, but profile {profile.name!r} decides with structured_output"
+                ' = "json_schema"; MCP tools need a profile with structured_output = "tools"'
+            )
     return Cast(personas, chosen)
 
 
@@ -117,20 +124,27 @@ async def open_fleet(
     Call each runtime's ``start()`` once the arbiter can be reached (and, on Discord, once the persona's
     account is known), then ``join`` channels."""
     fleet = Fleet()
-    try:
-        for index, persona in enumerate(cast.personas):
-            profile = cast.profiles[persona.id]
-            provider = create_provider(profile, env, persona=persona, seed=index)
-            kind = ToolLoopRuntime if settings.mode == "tool-loop" else PersonaRuntime
-            runtime = kind(
-                persona,
-                provider,
-                ArbiterClient(session, arbiter_url, tokens[persona.id]),
-                platform(persona),
-                rng=random.Random(),
-            )
-            fleet.runtimes[persona.id] = runtime
-            _log.info("persona %s (%s) runs on profile %s", persona.id, persona.display_name, profile.name)
-        yield fleet
-    finally:
-        await fleet.close()
+    # The MCP sessions close after the runtimes stop (the stack unwinds after the finally below).
+    async with contextlib.AsyncExitStack() as sessions:
+        try:
+            for index, persona in enumerate(cast.personas):
+                profile = cast.profiles[persona.id]
+                provider = create_provider(profile, env, persona=persona, seed=index)
+                kind = ToolLoopRuntime if settings.mode == "tool-loop" else PersonaRuntime
+                # Tool-loop mode has its own tools (the reference's); MCP tools are for the decision.
+                tools = None
+                if kind is not ToolLoopRuntime:
+                    tools = await sessions.enter_async_context(open_tools(persona, env))
+                runtime = kind(
+                    persona,
+                    provider,
+                    ArbiterClient(session, arbiter_url, tokens[persona.id]),
+                    platform(persona),
+                    rng=random.Random(),
+                    tools=tools,
+                )
+                fleet.runtimes[persona.id] = runtime
+                _log.info("persona %s (%s) runs on profile %s", persona.id, persona.display_name, profile.name)
+            yield fleet
+        finally:
+            await fleet.close()

@@ -21,6 +21,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from arbiter.contract import Id
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
-__all__ = ("BigFive", "Persona", "PersonaError", "Samples", "load_persona", "load_personas")
+__all__ = ("BigFive", "McpServer", "Persona", "PersonaError", "Samples", "load_persona", "load_personas")
 
 _log = logging.getLogger(__name__)
 
@@ -122,6 +123,34 @@ class Samples(BaseModel):
     echoes: list[EchoLine] = Field(default_factory=list, description="reactions built on a word of the message")
 
 
+ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+
+
+class McpServer(BaseModel):
+    """An MCP server whose tools the persona may call during its turn: a command run over stdio, or a Streamable
+    HTTP ``url``. ``tools`` names the tools it may use (others the server has are not offered). ``env`` names
+    variables of this process's environment handed to a command (it gets none of the others but the basics such as
+    PATH and HOME): their names only, never their values, belong in the file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Id
+    command: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=400)] | None = None
+    args: list[Annotated[str, StringConstraints(max_length=400)]] = Field(default_factory=list, max_length=40)
+    url: Annotated[str, StringConstraints(pattern=r"^https?://\S+$", max_length=400)] | None = None
+    tools: list[ToolName] = Field(min_length=1, max_length=20, description="the tools the persona may use")
+    env: list[EnvName] = Field(default_factory=list, max_length=20, description="variables handed to the command")
+    timeout_s: float = Field(5.0, gt=0.0, le=30.0, description="the longest one call may take")
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServer:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give either command (a server run over stdio) or url (Streamable HTTP), not both")
+        if self.url is not None and (self.args or self.env):
+            raise ValueError("args and env are for a command, a url server takes neither")
+        return self
+
+
 class Persona(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -143,6 +172,9 @@ class Persona(BaseModel):
     discord_token_env: EnvName | None = Field(None, description="environment variable holding its Discord token")
     color: Annotated[str, StringConstraints(pattern=r"^#[0-9a-fA-F]{6}$")] = "#888888"
     react_with_emoji: bool = Field(False, description="on Discord, give aizuchi as an emoji reaction when it fits")
+    mcp_servers: list[McpServer] = Field(
+        default_factory=list, max_length=5, description="MCP servers whose tools it may call during its turn"
+    )
 
     @field_validator("aliases")
     @classmethod
@@ -153,6 +185,20 @@ class Persona(BaseModel):
         if len(names) != len(set(names)):
             raise ValueError("aliases repeat the display name or each other")
         return aliases
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _servers_distinct(cls, servers: list[McpServer]) -> list[McpServer]:
+        names = [server.name for server in servers]
+        if len(names) != len(set(names)):
+            raise ValueError("two servers have the same name")
+        tools = [tool for server in servers for tool in server.tools]
+        if "decide" in tools:
+            raise ValueError("a tool may not be called 'decide': the persona's decision goes by that name")
+        twice = sorted({tool for tool in tools if tools.count(tool) > 1})
+        if twice:
+            raise ValueError(f"tools listed twice (by one server or two): {', '.join(twice)}")
+        return servers
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -25,6 +25,7 @@ from arbiter import contract as wire
 from arbiter.contract import Tier
 from bots.errors import ArbiterRejected, ArbiterUnavailable, BotError, PostFailed
 from bots.llm.base import DecisionRequest, DecisionResult, LLMBadOutput, LLMError, LLMRateLimited, LLMTimeout, Usage
+from bots.llm.tool_rounds import DEFAULT_ROUNDS, decide_with_tools
 from bots.memory import MEMORY_SCHEMA, fit_state
 from bots.planner import anchor, plan_turn, refused_outright
 from bots.platforms.base import Posted
@@ -35,7 +36,8 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from bots.arbiter_client import ArbiterClient
-    from bots.llm.base import ChatProvider
+    from bots.llm.base import ChatProvider, ToolSpec
+    from bots.mcp_host import ToolHost
     from bots.persona import Persona
     from bots.platforms.base import Platform
 
@@ -62,6 +64,8 @@ class RuntimeConfig:
     backoff_s: float = 2.0  # first wait after a provider error; doubles per error in a row
     max_backoff_s: float = 60.0
     reconnect_s: float = 1.0  # first wait before reconnecting the event stream
+    # A persona with MCP tools: at most this many LLM requests in a turn, tool rounds and the decision together.
+    tool_rounds: int = DEFAULT_ROUNDS
 
 
 @dataclass
@@ -151,9 +155,11 @@ class PersonaRuntime:
         rng: random.Random | None = None,
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        tools: ToolHost | None = None,
     ) -> None:
         self.persona = persona
         self.provider = provider
+        self.tools = tools  # its MCP servers' tools, connected (None or empty: a decision alone, one request)
         self.arbiter = arbiter
         self.platform = platform
         self.config = config or RuntimeConfig()
@@ -568,12 +574,14 @@ class ChannelWorker:
             runtime.stats.given_back += 1
             _log.info("persona=%s: the conversation moved on while it claimed; no call", self.persona.id)
             return False
+        # Tools to look things up are for saying something: a nod needs none, and its claim is short.
+        tools = runtime.tools.specs if runtime.tools is not None and claim.tier is not Tier.AIZUCHI else ()
         async with runtime.platform.typing(self.channel_id):
-            runtime.stats.llm_requests += 1
             try:
-                # The provider keeps to time_left_s itself; this only makes sure of it, whatever the provider.
+                # The provider keeps to time_left_s itself; this only makes sure of it, whatever the provider (and
+                # whatever the tools do).
                 async with asyncio.timeout(None if request.time_left_s is None else request.time_left_s + 0.5):
-                    result = await self._decide_unless_overtaken(request, overtaking)
+                    result = await self._decide_unless_overtaken(request, overtaking, tools)
                 if result is None:
                     runtime.stats.overtaken += 1
                     return False
@@ -615,13 +623,16 @@ class ChannelWorker:
         return window[-shown:] if shown < len(window) else window
 
     async def _decide_unless_overtaken(
-        self, request: DecisionRequest, overtakes: Callable[[wire.MessageView], bool]
+        self,
+        request: DecisionRequest,
+        overtakes: Callable[[wire.MessageView], bool],
+        tools: tuple[ToolSpec, ...] = (),
     ) -> DecisionResult | None:
         """The model's decision; or None, the call stopped, when a message arrives that ``overtakes`` it: the
         arbiter would refuse the answer, so generating the rest of it would be spent for nothing."""
         self._overtaken.clear()
         self._overtakes = overtakes
-        call = asyncio.ensure_future(self.runtime.provider.decide(request))
+        call = asyncio.ensure_future(self._decide(request, tools))
         stop = asyncio.ensure_future(self._overtaken.wait())
         try:
             await asyncio.wait((call, stop), return_when=asyncio.FIRST_COMPLETED)
@@ -635,6 +646,27 @@ class ChannelWorker:
             return None
         # Finished, though perhaps overtaken at the same moment: then the arbiter refuses it, and it counts as wasted.
         return call.result()
+
+    async def _decide(self, request: DecisionRequest, tools: tuple[ToolSpec, ...]) -> DecisionResult:
+        """One forced decision; or, offered tools, a few rounds of tool calls and then the decision (each round an
+        LLM request, its tokens counted and reported as it is answered)."""
+        runtime = self.runtime
+        if not tools or runtime.tools is None:
+            runtime.stats.llm_requests += 1
+            return await runtime.provider.decide(request)
+
+        def counted() -> None:
+            runtime.stats.llm_requests += 1
+
+        return await decide_with_tools(
+            runtime.provider,
+            request,
+            tools,
+            runtime.tools.call,
+            rounds=runtime.config.tool_rounds,
+            on_request=counted,
+            on_answer=self._provider_answered,
+        )
 
     def _time_left(self, lapses: float | None) -> float | None:
         """Seconds the model may take: up to the claim's lapse (on this clock), less the margin for speaking and

@@ -17,6 +17,11 @@ and ``consume`` tools, it calls them in that order (one per call, as a model fol
 instructions would), picks a tier the level in the ``status`` result affords and a line that fits it and the
 latest message of the ``history`` result, and then answers with plain text and no tool call, which ends the
 loop.
+
+Offered other tools besides ``decide`` (a persona's MCP tools, :mod:`bots.llm.tool_rounds`), it looks up what it was
+asked: when the message it answers is a question, its first call is the first of those tools with the question as
+its first text argument; then it decides, answering with the first line of what the tool returned. A decision alone
+is made exactly as before.
 """
 
 from __future__ import annotations
@@ -373,6 +378,8 @@ class ScriptedProvider(ChatProvider):
             return self._text(self._line_for_text(request.system, request.turns))
         if forced == DECIDE_TOOL or (forced is None and set(tools) == {DECIDE_TOOL}):
             return self._decide_call(tools[DECIDE_TOOL], request.system, request.turns)
+        if forced is None and DECIDE_TOOL in tools:
+            return self._look_up_or_decide(tools, request.system, request.turns)
         if forced is not None and forced not in ("history", "status", "consume"):
             return self._call(forced, {})
         return self._tool_loop_step(tools, request.turns)
@@ -532,11 +539,30 @@ class ScriptedProvider(ChatProvider):
 
     # --- answers --------------------------------------------------------------------------------------
 
+    def _look_up_or_decide(self, tools: dict[str, ToolSpec], system: str, turns: tuple[Turn, ...]) -> Completion:
+        """Asked a question, call the first lookup tool with it once; otherwise (or after that) decide."""
+        calls, _ = _loop_so_far(turns)
+        cue = _read_cue(system, turns)
+        lookups = [tool for name, tool in tools.items() if name != DECIDE_TOOL]
+        if not calls and cue.kind is Kind.QUESTION and cue.text:
+            tool = lookups[0]
+            properties = tool.parameters.get("properties", {})
+            required = [name for name in tool.parameters.get("required", ()) if name in properties]
+            texts = [name for name in (*required, *properties) if properties[name].get("type", "string") == "string"]
+            if texts:
+                return self._call(tool.name, {texts[0]: cue.text})
+        return self._decide_call(tools[DECIDE_TOOL], system, turns)
+
     def _decide_call(self, tool: ToolSpec, system: str, turns: tuple[Turn, ...]) -> Completion:
         properties = tool.parameters.get("properties", {})
         enum = properties.get("action", {}).get("enum", ACTIONS)
         actions = tuple(action for action in ACTIONS if action in enum)
-        decision = self._choose(actions, {}, _spoken(turns), _read_cue(system, turns))
+        found = _looked_up(turns)
+        saying = next((action for action in ("remark", "long") if action in actions), None)
+        if found is not None and saying is not None:
+            decision = self._said(saying, (_Line(found),))
+        else:
+            decision = self._choose(actions, {}, _spoken(turns), _read_cue(system, turns))
         arguments: dict[str, Any] = {"action": decision.action, "text": decision.text}
         if "memory" in properties:
             arguments["memory"] = kept_notes(system, turns)
@@ -891,6 +917,18 @@ def _loop_so_far(turns: tuple[Turn, ...]) -> tuple[list[ToolCall], dict[str, Too
         calls[:0] = turn.tool_calls
         results.update((result.call_id, result) for result in turn.tool_results)
     return calls, results
+
+
+def _looked_up(turns: tuple[Turn, ...]) -> str | None:
+    """The first line of what the latest lookup in the running loop found (not an error), if any."""
+    calls, results = _loop_so_far(turns)
+    for call in reversed(calls):
+        result = results.get(call.id)
+        if call.name == DECIDE_TOOL or result is None or result.is_error:
+            continue
+        line = next((line.strip() for line in result.content.splitlines() if line.strip()), "")
+        return line or None
+    return None
 
 
 def _json(result: ToolResult | None) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomli_w
 
 from bots.check import check_personas
 from bots.persona import PersonaError, load_persona, load_personas
@@ -312,3 +313,74 @@ def test_the_check_command_fails_clearly_on_broken_files(tmp_path: Path) -> None
     assert any(line.startswith(f"error: {broken}: talkativeness: ") for line in errors), result.stderr
     assert any(line.startswith(f"error: {garbled}: not valid TOML") for line in errors), result.stderr
     assert "1 persona(s) checked: 2 error(s)" in result.stdout
+
+
+# --- MCP servers -----------------------------------------------------------------------------------------
+
+FAQ = {"name": "faq", "command": "python", "args": ["examples/faq/faq_server.py"], "tools": ["search_faq"]}
+
+
+def test_mcp_servers_load_from_an_array_of_tables(tmp_path: Path) -> None:
+    path = tmp_path / "aoi.toml"
+    http = {"name": "docs", "url": "https://mcp.example.com/mcp", "tools": ["lookup"], "timeout_s": 2.5}
+    path.write_text(tomli_w.dumps(valid(mcp_servers=[{**FAQ, "env": ["FAQ_TOKEN"]}, http])), encoding="utf-8")
+    assert "[[mcp_servers]]" in path.read_text(encoding="utf-8")
+
+    faq, docs = load_persona(path).mcp_servers
+
+    assert (faq.command, faq.args, faq.url, faq.tools, faq.env, faq.timeout_s) == (
+        "python",
+        ["examples/faq/faq_server.py"],
+        None,
+        ["search_faq"],
+        ["FAQ_TOKEN"],
+        5.0,
+    )
+    assert (docs.command, docs.url, docs.timeout_s) == (None, "https://mcp.example.com/mcp", 2.5)
+    assert load_persona(write(tmp_path, valid("ben"))).mcp_servers == []
+
+
+@pytest.mark.parametrize(
+    ("server", "field", "complaint"),
+    [
+        pytest.param({**FAQ, "command": DROP}, "mcp_servers[0]", "either command", id="neither-command-nor-url"),
+        pytest.param({**FAQ, "url": "https://x.example/mcp"}, "mcp_servers[0]", "not both", id="command-and-url"),
+        pytest.param(
+            {"name": "docs", "url": "https://x.example/mcp", "args": ["-v"], "tools": ["a"]},
+            "mcp_servers[0]",
+            "a url server takes neither",
+            id="args-for-a-url",
+        ),
+        pytest.param({**FAQ, "url": "ftp://x"}, "mcp_servers[0].url", "pattern", id="url-not-http"),
+        pytest.param({**FAQ, "tools": []}, "mcp_servers[0].tools", "at least 1", id="no-tools"),
+        pytest.param({**FAQ, "tools": ["search faq"]}, "mcp_servers[0].tools[0]", "pattern", id="bad-tool-name"),
+        pytest.param({**FAQ, "tools": ["decide"]}, "mcp_servers", "'decide'", id="tool-named-decide"),
+        pytest.param({**FAQ, "env": ["faq-token"]}, "mcp_servers[0].env[0]", "pattern", id="env-not-a-name"),
+        pytest.param({**FAQ, "timeout_s": 0}, "mcp_servers[0].timeout_s", "greater than 0", id="zero-timeout"),
+        pytest.param({**FAQ, "token": "sk-secret"}, "mcp_servers[0].token", "Extra inputs", id="unknown-field"),
+        pytest.param({**FAQ, "name": "has space"}, "mcp_servers[0].name", "", id="bad-name"),
+    ],
+)
+def test_a_bad_mcp_server_entry_is_named_by_its_field(
+    tmp_path: Path, server: dict[str, Any], field: str, complaint: str
+) -> None:
+    path = tmp_path / "aoi.toml"
+    entry = {key: value for key, value in server.items() if value is not DROP}
+    path.write_text(tomli_w.dumps(valid(mcp_servers=[entry])), encoding="utf-8")
+
+    with pytest.raises(PersonaError) as caught:
+        load_persona(path)
+
+    problems = str(caught.value).removeprefix(f"{path}: ").split("; ")
+    assert any(p.startswith(f"{field}: ") and complaint in p for p in problems), str(caught.value)
+
+
+def test_two_servers_may_not_share_a_name_or_a_tool(tmp_path: Path) -> None:
+    path = tmp_path / "aoi.toml"
+    other = {"name": "other", "command": "other-server", "tools": ["search_faq"]}
+    path.write_text(tomli_w.dumps(valid(mcp_servers=[FAQ, {**FAQ, "tools": ["x"]}])), encoding="utf-8")
+    with pytest.raises(PersonaError, match=r"mcp_servers: Value error, two servers have the same name"):
+        load_persona(path)
+    path.write_text(tomli_w.dumps(valid(mcp_servers=[FAQ, other])), encoding="utf-8")
+    with pytest.raises(PersonaError, match=r"mcp_servers: Value error, tools listed twice .*: search_faq"):
+        load_persona(path)

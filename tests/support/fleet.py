@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from arbiter.contract import MessageView, StatusView
     from arbiter.server import Arbiter
     from bots.llm.base import Completion, CompletionRequest, DecisionRequest, DecisionResult
+    from bots.mcp_host import ToolHost
     from bots.runtime import ChannelWorker
 
 __all__ = (
@@ -297,6 +298,7 @@ class Live:
         config: RuntimeConfig = FAST,
         seed: int = 0,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        tools: ToolHost | None = None,
     ) -> PersonaRuntime:
         """A runtime for ``persona``, registered, in the channel and following its events."""
         runtime = kind(
@@ -307,6 +309,7 @@ class Live:
             config=config,
             rng=random.Random(seed),
             sleep=sleep,
+            tools=tools,
         )
         self.runtimes.append(runtime)
         await runtime.start()

@@ -38,6 +38,11 @@ Anthropic Messages (every model name; per model where the documentation says so,
   thinking-troubleshooting; the message from the Opus 5.5 page): ``enabled`` on Claude 4.7 and later,
   ``disabled`` on Opus 5.5, Fable 5.1 and Sonnet 5.5, ``between_tools`` everywhere but Sonnet 5.5, ``adaptive``
   on Haiku 4.5. A ``budget_tokens`` must be at least 1024 and less than ``max_tokens`` (the SDK's docstring).
+- A request whose messages hold ``tool_use`` or ``tool_result`` blocks must declare ``tools`` ("Requests which include
+  tool_use or tool_result blocks must define tools.": github.com/anthropics/anthropic-sdk-python/issues/494), and
+  each ``tool_use`` must be answered by a ``tool_result`` in the next message ("messages.N: `tool_use` ids were found
+  without `tool_result` blocks immediately after: ...": github.com/anthropics/claude-code/issues/3512,
+  github.com/anthropics/anthropic-sdk-typescript/issues/653).
 - A custom tool's ``input_schema`` must be an object schema (``type: "object"``: the SDK's ``InputSchema``).
 - Strict mode (a tool's ``strict: true``, which the SDK's ``ToolParam`` takes, and ``output_config.format``)
   wants ``additionalProperties: false`` on every object ("For 'object' type, 'additionalProperties' must be
@@ -52,6 +57,9 @@ much more than OpenAI does):
 - A parameter the API does not define is refused ("Unrecognized request argument supplied: <name>"; the
   fields are the SDK's ``openai.types.chat.CompletionCreateParams``; the message as quoted in many public
   repositories).
+- An assistant message with ``tool_calls`` must be followed by one ``tool`` message per call ("An assistant message
+  with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. The following tool_call_ids
+  did not have response messages: ...": github.com/agno-agi/agno/issues/3105, github.com/BerriAI/litellm/issues/10083).
 - ``max_tokens`` on reasoning models (GPT-5, o-series) is refused ("Unsupported parameter: 'max_tokens' is not
   supported with this model. Use 'max_completion_tokens' instead.": the SDK's ``max_tokens`` docstring,
   github.com/teilomillet/gollm/issues/33).
@@ -290,6 +298,7 @@ def _check_anthropic(body: Any) -> None:
         if name not in known:
             raise _Refused(f"{name}: Extra inputs are not permitted")
     _check_claude_messages(body["messages"], model)
+    _check_claude_tool_turns(body)
     _check_claude_tools(body.get("tools", []))
     _check_claude_output(body.get("output_config"))
     thinking = _claude_thinking(body, model)
@@ -308,6 +317,49 @@ def _check_claude_messages(messages: Any, model: ClaudeModel) -> None:
         raise _Refused(
             "This model does not support assistant message prefill. The conversation must end with a user message."
         )
+
+
+def _check_claude_tool_turns(body: dict[str, Any]) -> None:
+    messages = body["messages"]
+    blocks = [
+        [block for block in message.get("content") if isinstance(block, dict)]
+        if isinstance(message, dict) and isinstance(message.get("content"), list)
+        else []
+        for message in messages
+    ]
+    if not body.get("tools") and any(block.get("type") in ("tool_use", "tool_result") for b in blocks for block in b):
+        raise _Refused("Requests which include tool_use or tool_result blocks must define tools.")
+    for index, content in enumerate(blocks):
+        used = [block.get("id") for block in content if block.get("type") == "tool_use"]
+        if not used:
+            continue
+        answered = {block.get("tool_use_id") for block in blocks[index + 1]} if index + 1 < len(blocks) else set()
+        missing = [call for call in used if call not in answered]
+        if missing:
+            raise _Refused(
+                f"messages.{index}: `tool_use` ids were found without `tool_result` blocks immediately after: "
+                f"{', '.join(map(str, missing))}. Each `tool_use` block must have a corresponding `tool_result` block "
+                "in the next message."
+            )
+
+
+def _check_gpt_tool_turns(messages: list[Any]) -> None:
+    for index, message in enumerate(messages):
+        calls = message.get("tool_calls") if isinstance(message, dict) and message.get("role") == "assistant" else None
+        if not calls:
+            continue
+        answered: set[Any] = set()
+        for after in messages[index + 1 :]:
+            if not isinstance(after, dict) or after.get("role") != "tool":
+                break
+            answered.add(after.get("tool_call_id"))
+        missing = [call.get("id") for call in calls if isinstance(call, dict) and call.get("id") not in answered]
+        if missing:
+            raise _Refused(
+                "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+                f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(missing)}",
+                param=f"messages.[{index}].role",
+            )
 
 
 def _check_claude_tools(tools: Any) -> None:
@@ -383,6 +435,7 @@ def _check_openai(body: Any, *, lenient: bool) -> None:
             code="unsupported_parameter",
         )
     _check_gpt_effort(body, model)
+    _check_gpt_tool_turns(body["messages"])
     for index, tool in enumerate(body.get("tools") or []):
         function = tool.get("function") if isinstance(tool, dict) else None
         if isinstance(function, dict) and function.get("strict") is True:

@@ -67,6 +67,22 @@ GPT_OK: dict[str, Any] = {
 }
 
 
+CLAUDE_TOOL_TURNS = [
+    {"role": "user", "content": "Mio: when is the event?"},
+    {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "decide", "input": {}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "Saturday"}]},
+]
+GPT_TOOL_TURNS = [
+    {"role": "user", "content": "Mio: when is the event?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "decide", "arguments": "{}"}}],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": "Saturday"},
+]
+
+
 def gpt_tool(schema: dict[str, Any], *, strict: bool | None = None) -> dict[str, Any]:
     function: dict[str, Any] = {"name": "decide", "description": "Decide.", "parameters": schema}
     if strict is not None:
@@ -163,6 +179,20 @@ CLAUDE_REFUSED = [
         id="thinking budget too small",
     ),
     pytest.param(
+        edited(CLAUDE_OK, messages=CLAUDE_TOOL_TURNS),
+        "Requests which include tool_use or tool_result blocks must define tools.",
+        id="tool blocks without tools",
+    ),
+    pytest.param(
+        edited(
+            CLAUDE_OK,
+            tools=[CLAUDE_TOOL],
+            messages=[CLAUDE_TOOL_TURNS[0], CLAUDE_TOOL_TURNS[1], {"role": "user", "content": "And?"}],
+        ),
+        "messages.1: `tool_use` ids were found without `tool_result` blocks immediately after: toolu_1.",
+        id="a tool call left unanswered",
+    ),
+    pytest.param(
         edited(CLAUDE_OK, tools=[{**CLAUDE_TOOL, "input_schema": {"type": "array", "items": {"type": "string"}}}]),
         "tools.0.custom.input_schema.type: Input should be 'object'",
         id="input_schema not an object",
@@ -211,6 +241,10 @@ CLAUDE_ACCEPTED = [
     pytest.param(
         edited(CLAUDE_OK, drop=("thinking",), tools=[CLAUDE_TOOL], tool_choice={"type": "auto"}),
         id="auto tool choice while thinking",
+    ),
+    pytest.param(
+        edited(CLAUDE_OK, tools=[CLAUDE_TOOL], tool_choice={"type": "any"}, messages=CLAUDE_TOOL_TURNS),
+        id="a tool call answered, then any tool forced with thinking off",
     ),
     pytest.param(
         edited(
@@ -316,6 +350,11 @@ GPT_REFUSED = [
         id="strict function with a nested open object",
     ),
     pytest.param(
+        edited(GPT_OK, messages=[*GPT_TOOL_TURNS[:2], {"role": "user", "content": "And?"}]),
+        "The following tool_call_ids did not have response messages: call_1",
+        id="a tool call left unanswered",
+    ),
+    pytest.param(
         edited(
             GPT_OK,
             response_format={
@@ -353,6 +392,16 @@ GPT_ACCEPTED = [
         id="strict function, reasoning none",
     ),
     pytest.param(edited(GPT_OK, model="gpt-5.4", tools=[gpt_tool(LOOSE_SCHEMA)]), id="GPT-5.4 tools, no effort"),
+    pytest.param(
+        edited(
+            GPT_OK,
+            reasoning_effort="none",
+            tools=[gpt_tool(LOOSE_SCHEMA)],
+            tool_choice="required",
+            messages=GPT_TOOL_TURNS,
+        ),
+        id="a tool call answered, then tool use required",
+    ),
     pytest.param(
         edited(GPT_OK, model="gpt-4.1-mini", drop=("max_completion_tokens",), max_tokens=64, temperature=0.2),
         id="max_tokens on a model that does not reason",

@@ -21,12 +21,14 @@ from bots.llm import (
     DecisionRequest,
     LLMTimeout,
     ScriptedProvider,
+    ToolCall,
     ToolResult,
     ToolSpec,
     Turn,
     Usage,
     estimate_prompt_tokens,
 )
+from bots.llm.base import decision_tool
 from bots.llm.scripted import GENERIC, arithmetic, content_word
 from bots.persona import load_persona
 from bots.prompt import persona_prompt, rules_prompt, transcript_turn
@@ -706,3 +708,72 @@ async def test_the_tool_loop_speaks_the_reference_designs_shapes(level: int, amo
         assert arguments["amount"] in amounts
         assert arguments["from"] == "companion_hana"
         assert arguments["message"] not in history
+
+
+# --- a decision with tools to look things up ------------------------------------------------------------
+
+LOOKUP = ToolSpec(
+    "search_faq",
+    "Search the FAQ.",
+    {
+        "type": "object",
+        "properties": {"limit": {"type": "integer"}, "query": {"type": "string"}},
+        "required": ["query"],
+    },
+)
+
+
+def with_tools(question: str, *loop: Turn) -> CompletionRequest:
+    request = DecisionRequest(system=SYSTEM, turns=(Turn("user", question), *loop), actions=("remark",))
+    return CompletionRequest(
+        system=SYSTEM, turns=request.turns, tools=(LOOKUP, decision_tool(request)), tool_choice="required"
+    )
+
+
+def looked_up(result: str, *, is_error: bool = False) -> tuple[Turn, Turn]:
+    call = ToolCall("scripted_1", "search_faq", {"query": "When is the event?"})
+    return Turn("assistant", tool_calls=(call,)), Turn(
+        "user", tool_results=(ToolResult(call.id, call.name, result, is_error),)
+    )
+
+
+async def test_asked_a_question_with_a_lookup_tool_it_looks_up_the_question_then_answers_from_it() -> None:
+    provider = scripted()
+
+    first = await provider.complete(with_tools('Mio asked you: "When is the event?"'))
+    assert [(call.name, call.arguments) for call in first.tool_calls] == [
+        ("search_faq", {"query": "When is the event?"})
+    ]
+
+    found = "Every Saturday at 20:00 UTC.\n(FAQ: When is the event?)"
+    second = await provider.complete(with_tools('Mio asked you: "When is the event?"', *looked_up(found)))
+    assert [(call.name, call.arguments["action"], call.arguments["text"]) for call in second.tool_calls] == [
+        ("decide", "remark", "Every Saturday at 20:00 UTC.")
+    ]
+
+
+async def test_with_a_lookup_tool_it_decides_at_once_on_a_statement_and_ignores_a_failed_lookup() -> None:
+    provider = scripted()
+
+    statement = await provider.complete(with_tools('Mio said to you: "I fixed my bike today."'))
+    assert [call.name for call in statement.tool_calls] == ["decide"]
+
+    failed = await provider.complete(
+        with_tools('Mio asked you: "When is the event?"', *looked_up("the tool failed: down", is_error=True))
+    )
+    (call,) = failed.tool_calls
+    # An answer of its own to the question, not the error.
+    assert call.name == "decide" and call.arguments["action"] == "remark"
+    assert "failed" not in call.arguments["text"] and "down" not in call.arguments["text"]
+
+
+async def test_a_decision_alone_is_the_same_with_or_without_the_tool_code() -> None:
+    # The decide-only path (a forced decide call, or decide()) is untouched: same seed, same lines.
+    request = DecisionRequest(system=SYSTEM, turns=(Turn("user", 'Mio asked you: "When is the event?"'),))
+    forced = CompletionRequest(
+        system=SYSTEM, turns=request.turns, tools=(decision_tool(request),), tool_choice="decide"
+    )
+    a, b = scripted(seed=3), scripted(seed=3)
+    decided = [(await a.decide(request)).decision for _ in range(5)]
+    called = [(await b.complete(forced)).tool_calls[0].arguments for _ in range(5)]
+    assert [(d.action, d.text) for d in decided] == [(c["action"], c["text"]) for c in called]
