@@ -18,6 +18,7 @@ import contextlib
 import json
 import logging
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -119,7 +120,13 @@ def _client(server: McpServer, env: Mapping[str, str]) -> Client:
     missing = [name for name in server.env if name not in env]
     if missing:
         _log.warning("MCP server %s: %s not set; started without it", server.name, ", ".join(missing))
-    return Client(StdioServerParameters(command=server.command, args=list(server.args), env=passed or None))
+    return Client(StdioServerParameters(command=_command(server.command), args=list(server.args), env=passed or None))
+
+
+def _command(command: str) -> str:
+    """``python`` (or ``python3``) is the fleet's own interpreter: the one that has the ``mcp`` SDK a Python server
+    needs, whatever ``python`` means on the PATH (on Debian, nothing)."""
+    return sys.executable if command in ("python", "python3") else command
 
 
 async def _connect(

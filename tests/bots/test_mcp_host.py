@@ -105,6 +105,18 @@ async def test_the_faq_server_answers_from_its_file_and_an_edit_counts_at_once(f
     assert "no answer" in nothing.content and "Is there a dress code?" in nothing.content
 
 
+async def test_python_as_the_command_is_the_fleets_own_whatever_the_path(
+    faq: Path, host_of: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As the example persona file says it: "python", on a machine where the PATH has no python (Debian's has only
+    # python3, and neither would have the mcp SDK the server needs).
+    monkeypatch.setenv("PATH", "/nonexistent")
+    server = McpServer(name="faq", command="python", args=[str(FAQ_SERVER), str(faq)], tools=["search_faq"])
+    host = await host_of(with_servers(make_persona("aoi"), server))
+    found = await host.call(ToolCall("c1", "search_faq", {"query": "When is the weekly event?"}))
+    assert not found.is_error and found.content.startswith(EVENT_ANSWER)
+
+
 async def test_a_server_that_cannot_start_or_lacks_a_tool_is_one_warning_and_the_rest_still_serve(
     faq: Path, host_of: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
