@@ -61,6 +61,9 @@ class ChannelRow(Base):
     updated_at: Mapped[float]
     history_since: Mapped[float | None]  # see ChannelState.history_since
     recent_said: Mapped[list[Any]]  # see ChannelState.recent_said
+    # One more with every write of the row or of the channel's spends (all under the row lock): a process that
+    # kept the channel's state in memory reuses it while the version it read under the lock is the one it wrote.
+    version: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
 
 class SpendRow(Base):
