@@ -25,6 +25,7 @@ from sqlalchemy import (
     literal_column,
     or_,
     select,
+    text,
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
@@ -53,7 +54,7 @@ from arbiter.storage.database import sqlite_driver_execute, sqlite_driver_query
 from arbiter.storage.tables import ChannelRow, MemoryRow, MessageRow, PersonaRow, SpendRow, UsageRow
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Iterable, Sequence
+    from collections.abc import Collection, Iterable, Mapping, Sequence
 
     from sqlalchemy import Select
 
@@ -71,6 +72,7 @@ __all__ = (
     "load_channel",
     "load_channels",
     "load_memories",
+    "load_since",
     "load_versioned",
     "lock_versions",
     "message",
@@ -184,8 +186,25 @@ _JSON_COLUMNS = frozenset(
 )
 _SAVE_STATE = _WriterStatement(_save_channel(_STATE_COLUMNS))
 _SAVE_ALL = _WriterStatement(_save_channel((*_STATE_COLUMNS, *_SETTINGS_COLUMNS)))
-_INSERT_SPENDS = _WriterStatement(insert(spends))
-_UPDATE_SPENDS = _WriterStatement(_by_key(spends, "id", _SPEND_CHANGES))
+# A spend is written at the version its channel is about to be saved at (the writer writes spends before it saves
+# their channels, in the same transaction under the row lock).
+_INSERT_SPENDS = _WriterStatement(
+    insert(spends).values(
+        {
+            **{column.name: bindparam(column.name) for column in spends.columns if column.name != "version"},
+            "version": select(channels.c.version + literal_column("1"))
+            .where(channels.c.id == bindparam("channel_id"))
+            .scalar_subquery(),
+        }
+    )
+)
+_UPDATE_SPENDS = _WriterStatement(
+    _by_key(spends, "id", _SPEND_CHANGES).values(
+        version=select(channels.c.version + literal_column("1"))
+        .where(channels.c.id == spends.c.channel_id)
+        .scalar_subquery()
+    )
+)
 _INSERT_MESSAGES = _WriterStatement(insert(messages))
 _visible = messages.c.retracted.is_(False) & messages.c.deleted.is_(False)
 _UPDATE_MESSAGES = _WriterStatement(
@@ -373,6 +392,31 @@ _LOCK_VERSIONS = (
     .with_for_update()
 )
 _VERSION = select(channels.c.version).where(channels.c.id == bindparam("id"))
+
+
+_CHANGED_SPENDS = text(
+    "SELECT spends.* FROM spends"
+    " JOIN unnest(CAST(:ids AS varchar[]), CAST(:versions AS bigint[])) AS known (id, version)"
+    " ON spends.channel_id = known.id WHERE spends.version > known.version"
+)
+
+
+def load_since(conn: Connection, known: Mapping[str, tuple[int, ChannelState]]) -> dict[str, tuple[int, ChannelState]]:
+    """The channels' states from the ones remembered at an older version: their rows, and only the spends written
+    since (a channel's spends are all written under its row lock, each at the version it was saved at), merged into
+    the remembered ones. Expired spends are left for the caller to drop; PostgreSQL only."""
+    ids = sorted(known)
+    rows = conn.execute(select(channels).where(channels.c.id.in_(ids))).all()
+    changed: dict[str, list[Spend]] = {}
+    for row in conn.execute(_CHANGED_SPENDS, {"ids": ids, "versions": [known[cid][0] for cid in ids]}):
+        changed.setdefault(row.channel_id, []).append(_spend_from(row))
+    loaded: dict[str, tuple[int, ChannelState]] = {}
+    for row in rows:
+        old = known[row.id][1]
+        merged = {spend.id: spend for spend in (*old.spends, *old.claims)}
+        merged.update((spend.id, spend) for spend in changed.get(row.id, ()))
+        loaded[row.id] = (row.version, _state_from(row, merged.values()))
+    return loaded
 
 
 def lock_versions(conn: Connection, channel_ids: Collection[str]) -> dict[str, int]:

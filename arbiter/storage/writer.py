@@ -144,21 +144,29 @@ class WriteTx:
 
     def _lock_and_load(self, channel_ids: Sequence[str], spend_ids: Sequence[str] = ()) -> None:
         """Shared database: lock the rows (one statement, in id order, so processes cannot deadlock), reuse the
-        state this process committed last for each channel whose version is still the one it wrote, and load the
+        state this process committed last for each channel whose version is still the one it wrote, bring the
+        ones another process changed since up to date (their rows, and the spends written since), and load the
         others. The version is read under the lock, so no other process can change it before this one commits."""
         memory = self._memory
         if not any(channel_id in memory.states for channel_id in channel_ids):
             loaded = repo.load_versioned(self.conn, channel_ids, self._loaded_at, lock=True, spend_ids=spend_ids)
         else:
-            stale: list[str] = []
+            unknown: list[str] = []
+            changed: dict[str, tuple[int, ChannelState]] = {}
             for channel_id, version in repo.lock_versions(self.conn, channel_ids).items():
                 cached = memory.states.get(channel_id)
-                if cached is not None and memory.versions.get(channel_id) == version:
+                known = memory.versions.get(channel_id)
+                if cached is None or known is None:
+                    unknown.append(channel_id)
+                elif known == version:
                     self.states[channel_id] = without_expired(cached, self._loaded_at)
                     self.versions[channel_id] = version
                 else:
-                    stale.append(channel_id)
-            loaded = repo.load_versioned(self.conn, stale, self._loaded_at, spend_ids=spend_ids) if stale else {}
+                    changed[channel_id] = (known, cached)
+            loaded = repo.load_versioned(self.conn, unknown, self._loaded_at, spend_ids=spend_ids) if unknown else {}
+            if changed:
+                for channel_id, (version, state) in repo.load_since(self.conn, changed).items():
+                    loaded[channel_id] = (version, without_expired(state, self._loaded_at))
         for channel_id, (version, state) in loaded.items():
             self.states[channel_id] = state
             self.versions[channel_id] = version

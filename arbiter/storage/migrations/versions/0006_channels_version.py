@@ -1,4 +1,4 @@
-"""channels: a version, one more with every write of the channel
+"""channels and spends: a version, one more with every write of the channel
 
 Revision ID: 0006
 Revises: 0005
@@ -22,8 +22,14 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     with op.batch_alter_table('channels') as batch_op:
         batch_op.add_column(sa.Column('version', sa.BigInteger(), server_default='0', nullable=False))
+    with op.batch_alter_table('spends') as batch_op:
+        batch_op.add_column(sa.Column('version', sa.BigInteger(), server_default='0', nullable=False))
+        batch_op.create_index('ix_spends_channel_id_version', ['channel_id', 'version'], unique=False)
 
 
 def downgrade() -> None:
+    with op.batch_alter_table('spends') as batch_op:
+        batch_op.drop_index('ix_spends_channel_id_version')
+        batch_op.drop_column('version')
     with op.batch_alter_table('channels') as batch_op:
         batch_op.drop_column('version')
