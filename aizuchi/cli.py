@@ -183,6 +183,33 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+def _add_arbiter_bench(benches: Any) -> None:
+    """``aizuchi bench arbiter`` and its options."""
+    load = benches.add_parser("arbiter", help="drive the HTTP API with concurrent clients")
+    load.add_argument("--clients", type=int, nargs="+", default=[16], help="concurrent clients (default 16)")
+    load.add_argument("--channels", type=int, default=64, help="channels to spread them over (default 64)")
+    load.add_argument("--seconds", type=float, default=10.0, help="measured duration per run (default 10)")
+    load.add_argument("--database", choices=["sqlite", "postgres", "both"], default="both")
+    load.add_argument(
+        "--processes",
+        type=int,
+        nargs="+",
+        default=[1, 2],
+        help="arbiter processes sharing the PostgreSQL database, the clients spread over them (default 1 2)",
+    )
+    load.add_argument(
+        "--without-http",
+        action="store_true",
+        help="also run the same mix straight against the arbiter's service in this process (SQLite)",
+    )
+    load.add_argument(
+        "--postgres-url",
+        default="postgresql+asyncpg://postgres@127.0.0.1:5432/postgres",
+        help="server to create a scratch database on",
+    )
+    load.set_defaults(func=_bench_arbiter)
+
+
 def _parser() -> argparse.ArgumentParser:
     from bots.settings import SHIPPED_PERSONAS
 
@@ -224,22 +251,7 @@ def _parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="run a benchmark and print its numbers")
     benches = bench.add_subparsers(dest="bench", required=True, metavar="<benchmark>")
-    load = benches.add_parser("arbiter", help="drive the HTTP API with concurrent clients")
-    load.add_argument("--clients", type=int, nargs="+", default=[16], help="concurrent clients (default 16)")
-    load.add_argument("--channels", type=int, default=64, help="channels to spread them over (default 64)")
-    load.add_argument("--seconds", type=float, default=10.0, help="measured duration per run (default 10)")
-    load.add_argument("--database", choices=["sqlite", "postgres", "both"], default="both")
-    load.add_argument(
-        "--without-http",
-        action="store_true",
-        help="also run the same mix straight against the arbiter's service in this process (SQLite)",
-    )
-    load.add_argument(
-        "--postgres-url",
-        default="postgresql+asyncpg://postgres@127.0.0.1:5432/postgres",
-        help="server to create a scratch database on",
-    )
-    load.set_defaults(func=_bench_arbiter)
+    _add_arbiter_bench(benches)
     talk = benches.add_parser("conversation", help="default mode against tool-loop mode on one scripted conversation")
     talk.add_argument("--personas", default="rin,theo,juno", help="persona ids (3 to 5 make sense)")
     talk.add_argument("--personas-dir", default=str(SHIPPED_PERSONAS), help="where the persona files are")

@@ -264,8 +264,10 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
         return level_event(state, now), state.last_seq
 
     async def history(self, channel_id: str, *, after: int = 0, limit: int = 50) -> wire.HistoryPage:
-        await self._read_state(channel_id, self.now())
         messages = await self._database.read(repo.history, channel_id, after, limit + 1)
+        if not messages:
+            # Only a channel that exists has messages: it is looked up only when there are none.
+            await self._read_state(channel_id, self.now())
         page = messages[:limit]
         return wire.HistoryPage(
             channel_id=channel_id,

@@ -79,7 +79,7 @@ class ServiceCore:
                 tx.emit(*transition_events(transition, before, tx.now()))
 
     async def _read_state(self, channel_id: str, now: float) -> ChannelState:
-        state = self._writer.cached(channel_id)
+        state = await self._writer.remembered(channel_id)
         if state is not None:
             return state
         state = await self._database.read(repo.load_channel, channel_id, now)

@@ -20,6 +20,10 @@ The clients speak HTTP/1.1 over plain asyncio connections, with httptools parsin
 benchmark shares the machine's cores with the arbiter, and aiohttp's client spends more CPU per request
 than the arbiter does, so with it the benchmark would measure mostly itself.
 
+On PostgreSQL, the path for several arbiter processes, the runs are made with each number of processes of
+``--processes`` (1 and 2 by default): real ``aizuchi arbiter`` processes on one database, the clients spread
+over them round-robin, events crossing between them by LISTEN/NOTIFY. The CPU column is then all of them together.
+
 Each run is made twice in a row, with the same number of clients: over the HTTP API, then over MCP (``/mcp``, the
 2025 protocol with a session, as the reference design's agents and desktop clients speak it: ``claim``, ``speak``,
 ``release``, ``consume``, ``status`` and ``history`` as tool calls). The table's ``MCP grants/s`` is the second.
@@ -88,6 +92,13 @@ class Usage:
     steal: float | None
 
     @classmethod
+    def total(cls, usages: list[Usage]) -> Usage:
+        """Several processes' CPU added up, over the same run (the machine's steal is the same for all)."""
+        cpus = [usage.cpu_seconds for usage in usages]
+        cpu = None if any(c is None for c in cpus) else sum(c for c in cpus if c is not None)
+        return cls(cpu, usages[0].steal)
+
+    @classmethod
     def between(cls, before: _Reading, after: _Reading) -> Usage:
         cpu = None if before.cpu is None or after.cpu is None else after.cpu - before.cpu
         steal = None
@@ -125,6 +136,7 @@ class Result:
     seconds: float
     tally: Tally
     usage: Usage
+    processes: int = 1
     mcp: Result | None = None  # the same run over MCP
 
     def row(self) -> list[str]:
@@ -133,6 +145,7 @@ class Result:
         p99 = lat[int(len(lat) * 0.99) - 1] * 1000 if lat else float("nan")
         return [
             self.database,
+            str(self.processes),
             str(self.clients),
             str(self.channels),
             f"{self.tally.grants / self.seconds:,.0f}",
@@ -150,6 +163,7 @@ class Result:
 
 HEADER = [
     "database",
+    "processes",
     "clients",
     "channels",
     "grants/s",
@@ -479,10 +493,14 @@ async def _arbiter_process(database_url: str, personas: dict[str, str]) -> Async
 
 
 async def _run_mix(
-    workers: list[Client], say: Callable[[str, str], Awaitable[None]], channels: list[str], seconds: float, pid: int
+    workers: list[Client],
+    say: Callable[[str, str], Awaitable[None]],
+    channels: list[str],
+    seconds: float,
+    pids: list[int],
 ) -> tuple[float, Tally, Usage]:
-    """Run the clients (and a person in every channel) for a warm-up, then ``seconds`` measured; ``pid`` is
-    the process whose CPU time is metered."""
+    """Run the clients (and a person in every channel) for a warm-up, then ``seconds`` measured; ``pids`` are
+    the processes whose CPU time is metered (added up)."""
     stop = asyncio.Event()
     warmup, tally = Tally(), Tally()
 
@@ -505,11 +523,11 @@ async def _run_mix(
     await asyncio.sleep(min(2.0, seconds / 5))
     for worker in workers:
         worker._tally = tally
-    before = _Reading.take(pid)
+    before = [_Reading.take(pid) for pid in pids]
     started = time.perf_counter()
     await asyncio.sleep(seconds)
     elapsed = time.perf_counter() - started
-    usage = Usage.between(before, _Reading.take(pid))
+    usage = Usage.total([Usage.between(first, _Reading.take(pid)) for first, pid in zip(before, pids, strict=True)])
     for worker in workers:
         worker._tally = Tally()
     stop.set()
@@ -518,8 +536,8 @@ async def _run_mix(
 
 
 async def _measure(
-    base: str,
-    pid: int,
+    bases: list[str],
+    pids: list[int],
     database: str,
     *,
     clients: int,
@@ -529,6 +547,7 @@ async def _measure(
     protocol: str = "http",
 ) -> Result:
     admin = {"Authorization": f"Bearer {ADMIN}"}
+    base = bases[0]
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
         names = [f"bench-{protocol}-{clients}-{index}" for index in range(channels)]
@@ -542,23 +561,28 @@ async def _measure(
             async with session.post(f"{base}/v1/channels/{channel}/messages", json=body, headers=admin) as r:
                 r.raise_for_status()
 
-        url = urllib.parse.urlsplit(base)
-        assert url.hostname is not None and url.port is not None
-        connections = [await Connection.open(url.hostname, url.port) for _ in range(clients)]
+        # The clients spread round-robin over the arbiter processes.
+        urls = [urllib.parse.urlsplit(bases[i % len(bases)]) for i in range(clients)]
+        connections = []
+        for url in urls:
+            assert url.hostname is not None and url.port is not None
+            connections.append(await Connection.open(url.hostname, url.port))
         try:
             workers: list[Client]
             if protocol == "mcp":
-                mcp = [McpClient(connections[i], url.netloc, tokens[i], names, Tally()) for i in range(clients)]
+                mcp = [McpClient(connections[i], urls[i].netloc, tokens[i], names, Tally()) for i in range(clients)]
                 for client in mcp:
                     await client.open()
                 workers = list(mcp)
             else:
-                workers = [HttpClient(connections[i], url.netloc, tokens[i], names, Tally()) for i in range(clients)]
-            elapsed, tally, usage = await _run_mix(workers, say, names, seconds, pid)
+                workers = [
+                    HttpClient(connections[i], urls[i].netloc, tokens[i], names, Tally()) for i in range(clients)
+                ]
+            elapsed, tally, usage = await _run_mix(workers, say, names, seconds, pids)
         finally:
             for connection in connections:
                 connection.close()
-    return Result(database, clients, channels, elapsed, tally, usage)
+    return Result(database, clients, channels, elapsed, tally, usage, processes=len(bases))
 
 
 async def _measure_without_http(
@@ -576,7 +600,7 @@ async def _measure_without_http(
 
         ids = list(personas)[:clients]
         workers: list[Client] = [ServiceClient(service, pid, personas[pid], names, Tally()) for pid in ids]
-        elapsed, tally, usage = await _run_mix(workers, say, names, seconds, os.getpid())
+        elapsed, tally, usage = await _run_mix(workers, say, names, seconds, [os.getpid()])
     return Result("sqlite, no HTTP", clients, channels, elapsed, tally, usage)
 
 
@@ -625,7 +649,9 @@ async def run_benchmark(args: argparse.Namespace) -> int:
                 )  # fmt: skip
             results.append(result)
             print("  " + " ".join(result.row()), flush=True)
-    for database in databases:
+    runs = [("sqlite", 1)] if "sqlite" in databases else []
+    runs += [("postgres", processes) for processes in args.processes] if "postgres" in databases else []
+    for database, processes in runs:
         with tempfile.TemporaryDirectory() as scratch:
             dropped: tuple[str, str] | None = None
             if database == "sqlite":
@@ -634,17 +660,21 @@ async def run_benchmark(args: argparse.Namespace) -> int:
                 url, name = await _scratch_postgres(args.postgres_url)
                 dropped = (args.postgres_url, name)
             try:
-                async with _arbiter_process(url, personas) as (base, pid):
+                async with contextlib.AsyncExitStack() as stack:
+                    arbiters = [
+                        await stack.enter_async_context(_arbiter_process(url, personas)) for _ in range(processes)
+                    ]
+                    bases, pids = [base for base, _ in arbiters], [pid for _, pid in arbiters]
                     for clients in args.clients:
-                        runs: dict[str, Result] = {}
+                        by_protocol: dict[str, Result] = {}
                         for protocol in ("http", "mcp"):
                             run = await _measure(
-                                base, pid, database, protocol=protocol,
+                                bases, pids, database, protocol=protocol,
                                 clients=clients, channels=args.channels, seconds=args.seconds, tokens=tokens,
                             )  # fmt: skip
-                            runs[protocol] = run
+                            by_protocol[protocol] = run
                             print(f"  {protocol:>4} " + " ".join(run.row()), flush=True)
-                        results.append(dataclasses.replace(runs["http"], mcp=runs["mcp"]))
+                        results.append(dataclasses.replace(by_protocol["http"], mcp=by_protocol["mcp"]))
             finally:
                 if dropped is not None:
                     await _drop_postgres(*dropped)

@@ -61,13 +61,16 @@ class ChannelRow(Base):
     updated_at: Mapped[float]
     history_since: Mapped[float | None]  # see ChannelState.history_since
     recent_said: Mapped[list[Any]]  # see ChannelState.recent_said
+    # One more with every write of the row or of the channel's spends (all under the row lock): a process that
+    # kept the channel's state in memory reuses it while the version it read under the lock is the one it wrote.
+    version: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
 
 class SpendRow(Base):
     """The spend ledger. A row is active while refund_at is in the future; the level is derived from those."""
 
     __tablename__ = "spends"
-    __table_args__ = (Index(None, "channel_id", "refund_at"),)
+    __table_args__ = (Index(None, "channel_id", "refund_at"), Index(None, "channel_id", "version"))
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     channel_id: Mapped[str] = mapped_column(ID)
@@ -78,6 +81,9 @@ class SpendRow(Base):
     created_at: Mapped[float]
     refund_at: Mapped[float]
     message_seq: Mapped[int | None] = mapped_column(BigInteger)
+    # The channel's version this row was last written at: a process that remembers the channel at an older version
+    # reads only the spends written since (see ChannelRow.version).
+    version: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
 
 class MessageRow(Base):

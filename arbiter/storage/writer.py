@@ -110,12 +110,13 @@ class WriteTx:
     ``ArbiterError`` before apply leaves no trace in the batch.
     """
 
-    def __init__(self, conn: Connection, clock: Clock, cache: dict[str, ChannelState] | None) -> None:
+    def __init__(self, conn: Connection, clock: Clock, memory: _Memory) -> None:
         self.conn = conn
         self._clock = clock
         self._loaded_at = clock()
-        self._cache = cache
+        self._memory = memory
         self.states: dict[str, ChannelState] = {}
+        self.versions: dict[str, int] = {}  # as read under the row lock (shared database only)
         self._dirty: set[str] = set()
         self._settings_dirty: set[str] = set()
         self._staged = _Staged()
@@ -128,26 +129,62 @@ class WriteTx:
     def _prefetch(self, channel_ids: Iterable[str]) -> None:
         """Lock and load, in one go and in id order, the channels the batch's steps said they will touch."""
         missing = [cid for cid in set(channel_ids) if cid not in self.states]
-        if self._cache is not None:
-            for channel_id in list(missing):
-                cached = self._cache.get(channel_id)
-                if cached is not None:
-                    self.states[channel_id] = without_expired(cached, self._loaded_at)
-                    missing.remove(channel_id)
+        if not missing:
+            return
+        if not self._memory.owned:
+            self._lock_and_load(missing)
+            return
+        for channel_id in list(missing):
+            cached = self._memory.states.get(channel_id)
+            if cached is not None:
+                self.states[channel_id] = without_expired(cached, self._loaded_at)
+                missing.remove(channel_id)
         if missing:
             self.states.update(repo.load_channels(self.conn, missing, self._loaded_at, lock=True))
+
+    def _lock_and_load(self, channel_ids: Sequence[str], spend_ids: Sequence[str] = ()) -> None:
+        """Shared database: lock the rows (one statement, in id order, so processes cannot deadlock), reuse the
+        state this process committed last for each channel whose version is still the one it wrote, bring the
+        ones another process changed since up to date (their rows, and the spends written since), and load the
+        others. The version is read under the lock, so no other process can change it before this one commits."""
+        memory = self._memory
+        if not any(channel_id in memory.states for channel_id in channel_ids):
+            loaded = repo.load_versioned(self.conn, channel_ids, self._loaded_at, lock=True, spend_ids=spend_ids)
+        else:
+            unknown: list[str] = []
+            changed: dict[str, tuple[int, ChannelState]] = {}
+            for channel_id, version in repo.lock_versions(self.conn, channel_ids).items():
+                cached = memory.states.get(channel_id)
+                known = memory.versions.get(channel_id)
+                if cached is None or known is None:
+                    unknown.append(channel_id)
+                elif known == version:
+                    self.states[channel_id] = without_expired(cached, self._loaded_at)
+                    self.versions[channel_id] = version
+                else:
+                    changed[channel_id] = (known, cached)
+            loaded = repo.load_versioned(self.conn, unknown, self._loaded_at, spend_ids=spend_ids) if unknown else {}
+            if changed:
+                for channel_id, (version, state) in repo.load_since(self.conn, changed).items():
+                    loaded[channel_id] = (version, without_expired(state, self._loaded_at))
+        for channel_id, (version, state) in loaded.items():
+            self.states[channel_id] = state
+            self.versions[channel_id] = version
 
     def channel(self, channel_id: str, *, spend_ids: Iterable[str] = ()) -> ChannelState | None:
         """The channel's current state, locked for the rest of the batch; None if it does not exist."""
         wanted = [spend_id for spend_id in spend_ids if spend_id]
         state = self.states.get(channel_id)
-        if state is None and self._cache is not None:
-            cached = self._cache.get(channel_id)
+        if state is None and not self._memory.owned:
+            self._lock_and_load([channel_id], wanted)
+            state = self.states.get(channel_id)
+        elif state is None:
+            cached = self._memory.states.get(channel_id)
             state = None if cached is None else without_expired(cached, self._loaded_at)
-        if state is None:
-            state = repo.load_channel(self.conn, channel_id, self._loaded_at, lock=True, spend_ids=wanted)
             if state is None:
-                return None
+                state = repo.load_channel(self.conn, channel_id, self._loaded_at, lock=True, spend_ids=wanted)
+        if state is None:
+            return None
         missing = [spend_id for spend_id in wanted if state.spend(spend_id) is None]
         if missing:
             spends, claims = split([*state.spends, *state.claims, *repo.spends_by_id(self.conn, channel_id, missing)])
@@ -174,6 +211,7 @@ class WriteTx:
         """Create the channel, or return the one another process created a moment ago."""
         if repo.insert_channel(self.conn, state, self.now()):
             self.states[state.channel_id] = state
+            self.versions[state.channel_id] = 0
             return state
         existing = self.channel(state.channel_id)
         assert existing is not None
@@ -203,6 +241,33 @@ class WriteTx:
         self._staged.flush(self.conn)
         dirty = [self.states[channel_id] for channel_id in sorted(self._dirty)]
         repo.save_channels(self.conn, dirty, self.now(), with_settings=self._settings_dirty)
+
+    def _committed_versions(self) -> dict[str, int]:
+        """Each channel's version once this transaction commits (saving a channel counts one more)."""
+        return {channel_id: version + (channel_id in self._dirty) for channel_id, version in self.versions.items()}
+
+
+class _Memory:
+    """The channels' states as this process last committed them. ``owned``: no other process writes the database
+    (SQLite), so they are current as they are; else (PostgreSQL) each is current only while the channel's version
+    is the one in ``versions``."""
+
+    def __init__(self, *, owned: bool) -> None:
+        self.owned = owned
+        self.states: dict[str, ChannelState] = {}
+        self.versions: dict[str, int] = {}
+
+    def remember(self, states: dict[str, ChannelState], versions: dict[str, int]) -> None:
+        if self.owned:
+            self.states.update(states)
+            return
+        for channel_id, version in versions.items():
+            self.states[channel_id] = states[channel_id]
+            self.versions[channel_id] = version
+
+    def clear(self) -> None:
+        self.states.clear()
+        self.versions.clear()
 
 
 def without_expired(state: ChannelState, now: float) -> ChannelState:
@@ -252,13 +317,14 @@ class BatchWriter:
         owns_database: bool = False,
         max_batch: int = 256,
     ) -> None:
-        """``owns_database``: no other process writes this database, so committed states may be cached."""
+        """``owns_database``: no other process writes this database, so committed states may be reused as they are;
+        else each is reused only while the channel's version says no other process changed it."""
         self._database = database
         self._clock = clock
         self._publish = publish
         self._notifier = notifier
         self._max_batch = max_batch
-        self._cache: dict[str, ChannelState] | None = {} if owns_database else None
+        self._memory = _Memory(owned=owns_database)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = False
         # SQLite: a thread and a thread-safe queue. PostgreSQL: a task and a list.
@@ -270,10 +336,24 @@ class BatchWriter:
 
     def cached(self, channel_id: str) -> ChannelState | None:
         """The channel's last committed state, if this process owns the database and has it in memory."""
-        if self._cache is None:
+        if not self._memory.owned:
             return None
-        state = self._cache.get(channel_id)
+        state = self._memory.states.get(channel_id)
         return None if state is None else without_expired(state, self._clock())
+
+    async def remembered(self, channel_id: str) -> ChannelState | None:
+        """The channel's last committed state if this process has it and it is still current: at once when the
+        process owns the database; else when the channel's version is still the one this process committed (one
+        small query, instead of the channel's row and every active spend)."""
+        if self._memory.owned:
+            return self.cached(channel_id)
+        state = self._memory.states.get(channel_id)
+        version = self._memory.versions.get(channel_id)
+        if state is None or version is None:
+            return None
+        if await self._database.read(repo.channel_version, channel_id) != version:
+            return None
+        return without_expired(state, self._clock())
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -345,7 +425,7 @@ class BatchWriter:
         failed: _Outcomes = []
         while pending:
             try:
-                outcomes, events, states = write(self._transaction, pending)
+                outcomes, events, (states, versions) = write(self._transaction, pending)
             except _StepFailed as error:
                 # A step hit something unexpected and the transaction rolled back. That step fails alone; the
                 # others run again in a fresh transaction (steps write only through it, so this is safe).
@@ -361,8 +441,7 @@ class BatchWriter:
                     second, second_events = self._settle(pending[middle:], write)
                     return [*failed, *first, *second], [*first_events, *second_events]
                 return [*failed, *_database_failed(pending, error)], []
-            if self._cache is not None:
-                self._cache.update(states)
+            self._memory.remember(states, versions)
             return [*failed, *zip(pending, outcomes, strict=True)], events
         return failed, []
 
@@ -391,7 +470,7 @@ class BatchWriter:
         failed: _Outcomes = []
         while pending:
             try:
-                outcomes, events, _states = await self._database.write(self._transaction, pending)
+                outcomes, events, (states, versions) = await self._database.write(self._transaction, pending)
             except _StepFailed as error:
                 failed.append((pending.pop(error.index), error.error))
                 continue
@@ -403,6 +482,8 @@ class BatchWriter:
                     second, second_events = await self._settle_async(pending[middle:])
                     return [*failed, *first, *second], [*first_events, *second_events]
                 return [*failed, *_database_failed(pending, error)], []
+            # Remembered only once committed; a commit whose outcome never arrived left the version moved on.
+            self._memory.remember(states, versions)
             return [*failed, *zip(pending, outcomes, strict=True)], events
         return failed, []
 
@@ -421,14 +502,13 @@ class BatchWriter:
 
     def _forget(self) -> None:
         # After a rollback the cache may hold states that were never committed: start over from the database.
-        if self._cache is not None:
-            self._cache.clear()
+        self._memory.clear()
 
     def _transaction(
         self, conn: Connection, ops: list[_Op[Any]]
-    ) -> tuple[list[Any], list[Event], dict[str, ChannelState]]:
+    ) -> tuple[list[Any], list[Event], tuple[dict[str, ChannelState], dict[str, int]]]:
         """Runs inside one database transaction: on the writer thread (SQLite) or in run_sync (PostgreSQL)."""
-        tx = WriteTx(conn, self._clock, self._cache)
+        tx = WriteTx(conn, self._clock, self._memory)
         tx._prefetch(channel_id for op in ops for channel_id in op.channel_ids)
         outcomes: list[Any] = []
         for index, op in enumerate(ops):
@@ -447,7 +527,7 @@ class BatchWriter:
         tx._finish()
         if self._notifier is not None and tx.events:
             self._notifier(conn, tx.events)
-        return outcomes, tx.events, tx.states
+        return outcomes, tx.events, (tx.states, tx._committed_versions())
 
 
 def _one_write_refused(error: BaseException, operations: int) -> bool:
@@ -472,8 +552,13 @@ def _database_failed(pending: list[_Op[Any]], error: BaseException) -> _Outcomes
     return [(op, storage_error) for op in pending]
 
 
+# One statement for any number of notifications, so the driver prepares it once per connection; a function scan
+# of unnest yields the array's elements in order, and PostgreSQL delivers one transaction's notifications in the
+# order they were sent.
+_NOTIFY = text("SELECT pg_notify(:channel, payload) FROM unnest(CAST(:payloads AS text[])) AS payload")
+
+
 def pg_notify(conn: Connection, channel: str, payloads: Sequence[str]) -> None:
     """Queue NOTIFYs in the open transaction; PostgreSQL delivers them at commit, or never if it rolls back."""
-    calls = ", ".join(f"pg_notify(:channel, :p{index})" for index in range(len(payloads)))
-    params: dict[str, Any] = {"channel": channel, **{f"p{i}": payload for i, payload in enumerate(payloads)}}
-    conn.execute(text(f"SELECT {calls}"), params)
+    if payloads:
+        conn.execute(_NOTIFY, {"channel": channel, "payloads": list(payloads)})

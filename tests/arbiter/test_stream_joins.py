@@ -314,7 +314,7 @@ async def test_a_reader_that_falls_behind_resumes_as_told_and_loses_nothing(arbi
             notices.append(told_after(reason))
             # The notice names the last message this reader was sent (nothing after it was), which is where the
             # reader resumes anyway.
-            assert notices[-1] == seen[-1], (notices[-1], seen[-3:])
+            assert notices[-1] == (seen[-1] if seen else 0), (notices[-1], seen[-3:], reason)
     await writing
 
     assert notices, "the reader never fell behind: the path was not tested"
