@@ -133,6 +133,8 @@ async def test_a_shard_that_loses_its_session_catches_up_on_its_own_channels_whi
     async with discord_fleet(world, live, [], arbiter_type=NoWaitArbiterBot) as fleet:
         bot = fleet.bot
         assert isinstance(bot, NoWaitArbiterBot)
+        for channel in (world.lounge, garden_channel):  # the first catch-ups are over: nothing to read back yet
+            await fake.wait_for_request("GET", f"/channels/{channel.id}/messages", bot=world.arbiter)
         bot.identify.clear()  # the garden's shard will not get a new session until the test says so
         await fake.invalidate(world.arbiter, shard=shard_of(garden))
         await fake.wait_until(bot.shards[shard_of(garden)].is_closed, what="the garden's shard is away")
