@@ -4,8 +4,10 @@ discord.py reconnects by itself after network errors and the close codes Discord
 escapes ``Client.connect`` is either final (a refused token, an intent not switched on, a close code Discord
 means as final - the client is closed by then) or something discord.py did not expect, such as an event
 payload its parsers choke on. The second kind must not leave the bot deaf: the old socket is closed and the
-client identifies again, after a back-off. Failures while logging in are final when Discord answered 4xx
-(the same request would be refused again) and retried when it answered 5xx or could not be reached.
+client identifies again, after a back-off. The bots are sharded clients, which would close themselves for good
+on such an event: there, only the shard that got it starts a new session (see ``_reconnect_on_bad_events``).
+Failures while logging in are final when Discord answered 4xx (the same request would be refused again) and
+retried when it answered 5xx or could not be reached.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import asyncio
 import logging
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import discord
@@ -89,6 +91,8 @@ async def stay_connected(
     for good (raises :class:`FleetStopped` with the reason and what to do)."""
     backoff = backoff or Backoff()
     rng = rng or random.Random()
+    if isinstance(client, discord.AutoShardedClient):
+        _reconnect_on_bad_events(client, account)
     logged_in = False
     loop = asyncio.get_running_loop()
     while not client.is_closed():
@@ -137,6 +141,46 @@ async def stay_connected(
             )
             await _drop_socket(client) if logged_in else await _drop_session(client)
             await sleep(delay)
+
+
+def _reconnect_on_bad_events(client: discord.AutoShardedClient, account: Account) -> None:
+    """discord.py's sharded client closes itself, for good, when a parser raises (its shard worker takes any
+    unexpected error as fatal). Guard each parser instead: an event it chokes on costs its shard a new session
+    (a fresh copy of its servers), not the bot's ears. discord.py has no hook for this, so the parsers are wrapped
+    where its connection state keeps them (once per client)."""
+    parsers: dict[str, Callable[[Any], None]] = client._connection.parsers
+    if getattr(client, "_aizuchi_guarded", False):
+        return
+    client._aizuchi_guarded = True  # type: ignore[attr-defined]
+    reconnecting: set[asyncio.Task[None]] = set()
+
+    def guard(event: str, parse: Callable[[Any], None]) -> Callable[[Any], None]:
+        def guarded(data: Any) -> None:
+            try:
+                parse(data)
+            except Exception as error:
+                guild_id = str(data.get("guild_id") or "") if isinstance(data, dict) else ""
+                count = client.shard_count or 1
+                # A guild's events come on its shard; the rest (DMs, the bot's own user) on shard 0.
+                shard_id = (int(guild_id) >> 22) % count if guild_id.isdigit() else 0
+                shard = client.get_shard(shard_id)
+                _log.warning(
+                    "%s lost Discord (%s: %s); connecting again (shard %d, after a %s event it could not read)",
+                    account.who,
+                    type(error).__name__,
+                    error,
+                    shard_id,
+                    event,
+                )
+                if shard is not None:
+                    task = asyncio.create_task(shard.reconnect(), name=f"reconnect shard {shard_id}")
+                    reconnecting.add(task)
+                    task.add_done_callback(reconnecting.discard)
+
+        return guarded
+
+    for event, parse in list(parsers.items()):
+        parsers[event] = guard(event, parse)
 
 
 def _transient(error: Exception) -> bool:

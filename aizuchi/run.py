@@ -30,6 +30,7 @@ from bots.platforms.room import RoomPlatform
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
 
+    import discord
     from aiohttp import web
 
     from aizuchi.fleet import Fleet
@@ -92,8 +93,19 @@ async def _arbiter_bot(arbiter: Arbiter, settings: ArbiterSettings) -> AsyncIter
     try:
         yield task
     finally:
-        await bot.close()
-        await asyncio.gather(task, return_exceptions=True)
+        await _disconnect({task: bot})
+
+
+async def _disconnect(connections: Mapping[asyncio.Task[None], discord.Client]) -> None:
+    """Stop keeping each client connected, then close it. Cancelling first: discord.py's sharded client, closed
+    while a shard is still connecting, retries that shard forever (and never returns from ``connect``). Closing
+    before waiting: a cancellation that lands just as the shard connects can be lost (``asyncio.wait_for`` on
+    3.11), and then only closing ends ``connect``."""
+    for task in connections:
+        task.cancel()
+    for client in connections.values():
+        await client.close()
+    await asyncio.gather(*connections, return_exceptions=True)
 
 
 async def _until_stopped(*tasks: asyncio.Task[None] | None) -> None:
@@ -222,9 +234,7 @@ async def _discord_personas(
         try:
             reasons = await _until_all_stop(tasks, fleet)
         finally:
-            for client in clients.values():
-                await client.close()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await _disconnect({task: clients[persona.id] for task, persona in tasks.items()})
         raise FleetStopped(f"every persona bot has stopped ({'; '.join(reasons)})")
 
 

@@ -3,6 +3,10 @@
 It reads no message content (so it needs no privileged intent): the runtime hears a channel's messages from
 the arbiter's event stream, which the arbiter bot fills. It joins the channels the arbiter has the fleet
 enabled in that this account can see; DMs and other channels are ignored.
+
+It is discord.py's ``AutoShardedClient``: as many gateway shards as Discord recommends (one below 2,500
+servers). Posting, typing and reacting go over REST, whatever the shard; discord.py keeps them within Discord's
+per-route rate limits (it waits out a 429 and retries).
 """
 
 from __future__ import annotations
@@ -34,10 +38,10 @@ def persona_intents() -> discord.Intents:
     return intents
 
 
-class PersonaClient(discord.Client):
+class PersonaClient(discord.AutoShardedClient):
     def __init__(self, *, refresh_s: float = 60.0, **options: Any) -> None:
         """``refresh_s``: how often to look for newly enabled channels unprompted; ``options`` go to
-        ``discord.Client`` (``guild_ready_timeout``, for one)."""
+        ``discord.AutoShardedClient`` (``guild_ready_timeout``, for one)."""
         super().__init__(intents=persona_intents(), allowed_mentions=NO_MENTIONS, **options)
         self.runtime: PersonaRuntime | None = None  # attached once built around this client's platform
         self._refresh_s = refresh_s
@@ -54,6 +58,10 @@ class PersonaClient(discord.Client):
         _log.info("persona=%s is on Discord as %s", self.runtime.persona.id, self.user)
         if self._refresher is None:
             self._refresher = asyncio.create_task(self._keep_joining(), name=f"channels {self.runtime.persona.id}")
+        self._look.set()
+
+    async def on_shard_ready(self, shard_id: int) -> None:
+        # A shard's new session (after the first on_ready): its servers' channels are back; look for any to join.
         self._look.set()
 
     async def on_message(self, message: discord.Message) -> None:

@@ -1,5 +1,9 @@
 """ArbiterBot: records every message of the channels where the fleet is enabled (reading back, after a restart
-or a reconnect, what it missed), and serves ``/aizuchi``."""
+or a reconnect, what it missed), and serves ``/aizuchi``.
+
+It is discord.py's ``AutoShardedClient``: it opens as many gateway shards as Discord recommends (one below 2,500
+servers), each with its own session. Intake and catching up are per shard: a shard that reconnects reads back
+what was said in its own servers' channels, while the other shards go on recording."""
 
 from __future__ import annotations
 
@@ -48,7 +52,7 @@ class CommandSyncRefused(ArbiterError):
     code = "sync_refused"
 
 
-class ArbiterBot(discord.Client):
+class ArbiterBot(discord.AutoShardedClient):
     def __init__(
         self,
         service: ArbiterService,
@@ -57,18 +61,18 @@ class ArbiterBot(discord.Client):
         moderator_role: str | None = None,
         **options: Any,
     ) -> None:
-        """``options`` go to ``discord.Client`` (``guild_ready_timeout``, for one)."""
+        """``options`` go to ``discord.AutoShardedClient`` (``guild_ready_timeout``, for one)."""
         super().__init__(intents=arbiter_intents(), allowed_mentions=discord.AllowedMentions.none(), **options)
         self.service = service
         self.tree = ModeratorTree(self)
         self.tree.add_command(ModeratorCommands(service, moderator_role=moderator_role))
         self._guilds = list(guilds or [])
-        # Catching up (see on_ready): the tasks under way, by channel; the channels to catch up on (again).
+        # Catching up (see on_shard_ready): the tasks under way, by channel; the channels to catch up on (again).
         self._catch_ups: dict[str, asyncio.Task[None]] = {}
         self._catch_up_again: set[str] = set()
         self._background: set[asyncio.Task[None]] = set()
-        self._intake_open = asyncio.Event()  # cleared from a new session's READY until its catch-ups are under way
-        self._intake_open.set()
+        # By shard: cleared from a shard's new session (READY) until its catch-ups are under way.
+        self._intake_open: dict[int, asyncio.Event] = {}
         self._warned: set[str] = set()  # channels whose history cannot be read, warned about once
 
     async def setup_hook(self) -> None:
@@ -95,18 +99,30 @@ class ArbiterBot(discord.Client):
                 ) from error
 
     async def on_ready(self) -> None:
-        """After every new gateway session (the first, and one that replaced a lost session): read back what was
-        said while the bot was away."""
-        _log.info("arbiter bot is on Discord as %s", self.user)
-        self._start_catch_up()
+        # Every shard is ready (each caught up on its own, in on_shard_ready).
+        _log.info("arbiter bot is on Discord as %s (%s shards)", self.user, self.shard_count)
 
-    async def on_resumed(self) -> None:
+    async def on_shard_ready(self, shard_id: int) -> None:
+        """After every new session of a shard (the first, and one that replaced a lost session): read back what
+        was said in its servers' channels while it was away."""
+        _log.info("arbiter bot: shard %d is ready", shard_id)
+        self._start_catch_up(shard_id)
+
+    async def on_shard_resumed(self, shard_id: int) -> None:
         """A resumed session: Discord replayed the events it missed; a catch-up fills in any it did not."""
-        self._start_catch_up()
+        self._start_catch_up(shard_id)
 
-    async def on_connect(self) -> None:
-        # A new session (READY): messages may arrive before on_ready; they wait for its catch-up (see on_message).
-        self._intake_open.clear()
+    async def on_shard_connect(self, shard_id: int) -> None:
+        # A shard's new session (READY): its messages may arrive before its on_shard_ready; they wait for its
+        # catch-up (see on_message).
+        self._gate(shard_id).clear()
+
+    def _gate(self, shard_id: int) -> asyncio.Event:
+        gate = self._intake_open.get(shard_id)
+        if gate is None:
+            gate = self._intake_open[shard_id] = asyncio.Event()
+            gate.set()
+        return gate
 
     async def close(self) -> None:
         for task in [*self._background, *self._catch_ups.values()]:
@@ -129,7 +145,8 @@ class ArbiterBot(discord.Client):
         if not self._observable(message):
             return
         channel_id = str(message.channel.id)
-        await self._after_catch_up(channel_id)
+        assert message.guild is not None  # _observable
+        await self._after_catch_up(channel_id, message.guild.shard_id)
         if not await self._enabled(channel_id):
             return
         try:
@@ -165,32 +182,39 @@ class ArbiterBot(discord.Client):
 
     # --- catching up after a restart or a reconnect ------------------------------------------------------
 
-    async def _after_catch_up(self, channel_id: str) -> None:
+    async def _after_catch_up(self, channel_id: str, shard_id: int) -> None:
         """Wait while the channel's history is being read back, so what is said now is recorded after it."""
         try:
             async with asyncio.timeout(_INTAKE_WAIT_S):
-                await self._intake_open.wait()
+                await self._gate(shard_id).wait()
                 while (task := self._catch_ups.get(channel_id)) is not None:
                     await asyncio.wait({task})
         except TimeoutError:
             _log.warning("channel %s: a catch-up is taking long; recording a new message meanwhile", channel_id)
 
-    def _start_catch_up(self) -> None:
-        self._intake_open.clear()
-        task = asyncio.create_task(self._catch_up_all(), name="arbiter catch-up")
+    def _start_catch_up(self, shard_id: int) -> None:
+        self._gate(shard_id).clear()
+        task = asyncio.create_task(self._catch_up_all(shard_id), name=f"arbiter catch-up, shard {shard_id}")
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _catch_up_all(self) -> None:
+    async def _catch_up_all(self, shard_id: int) -> None:
         try:
             for summary in (await self.service.channels()).channels:
                 # Channels of the local room share the database; only Discord's (snowflake ids) are read back.
-                if summary.enabled and summary.channel_id.isdigit():
+                if summary.enabled and summary.channel_id.isdigit() and self._on_shard(summary.channel_id, shard_id):
                     self._catch_up_channel(summary.channel_id)
         except Exception as error:  # the database; the bot goes on, recording new messages as they come
             _log.warning("could not list the channels to catch up on (%s: %s)", type(error).__name__, error)
         finally:
-            self._intake_open.set()  # new messages now wait only for their own channel's catch-up
+            self._gate(shard_id).set()  # its new messages now wait only for their own channel's catch-up
+
+    def _on_shard(self, channel_id: str, shard_id: int) -> bool:
+        """Whether the channel's server is on that shard. A channel no shard knows (deleted, or the bot is not in
+        its server) goes with shard 0, so that its warning (see _readable_channel) still comes once."""
+        channel = self.get_channel(int(channel_id))
+        guild = getattr(channel, "guild", None)
+        return guild.shard_id == shard_id if isinstance(guild, discord.Guild) else shard_id == 0
 
     def _catch_up_channel(self, channel_id: str) -> None:
         """Catch up on the channel: now, or again right after the catch-up under way, never two at once."""

@@ -101,13 +101,14 @@ async def discord_fleet(
     providers: dict[str, RecordingProvider] | None = None,
     channel: dict[str, Any] | None = None,
     client_type: type[PersonaClient] = PersonaClient,
+    arbiter_type: type[ArbiterBot] = ArbiterBot,
     refresh_s: float = 60.0,
 ) -> AsyncIterator[DiscordFleet]:
-    """Enable the lounge (with ``channel`` settings over the fast test defaults), start the arbiter's bot and one
-    ``client_type`` per persona, and wait until every persona follows the lounge. Clients close first on the way
-    out, then the runtimes (``live`` closes them), as ``aizuchi run`` does."""
+    """Enable the lounge (with ``channel`` settings over the fast test defaults), start the arbiter's bot (an
+    ``arbiter_type``) and one ``client_type`` per persona, and wait until every persona follows the lounge. Clients
+    close first on the way out, then the runtimes (``live`` closes them), as ``aizuchi run`` does."""
     await live.channel(str(world.lounge.id), **(channel or {}))
-    bot = ArbiterBot(live.service, guilds=[world.guild.id], guild_ready_timeout=FAST_READY)
+    bot = arbiter_type(live.service, guilds=[world.guild.id], guild_ready_timeout=FAST_READY)
     fleet = DiscordFleet(world, live, bot)
     async with contextlib.AsyncExitStack() as stack:
         await stack.enter_async_context(running(bot, world.arbiter.token))

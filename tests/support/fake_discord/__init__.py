@@ -42,12 +42,15 @@ from .model import (
     Overwrite,
     Perm,
 )
+from .ratelimits import DISCORD_GLOBAL_LIMIT, DISCORD_RATE_LIMITS
 from .records import FailureRule, InteractionNotAnswered, InteractionResult, RecordedRequest
 from .server import FakeDiscord
 
 __all__ = (
     "DEFAULT_BOT_PERMISSIONS",
     "DEFAULT_EVERYONE_PERMISSIONS",
+    "DISCORD_GLOBAL_LIMIT",
+    "DISCORD_RATE_LIMITS",
     "FAST_READY",
     "FailureRule",
     "FakeBot",

@@ -167,3 +167,11 @@ class Session:
 
     def has(self, intent: int) -> bool:
         return bool(self.intents & intent)
+
+    def covers(self, guild_id: int) -> bool:
+        """Whether the guild's events go to this session: Discord's ``(guild_id >> 22) % num_shards == shard_id``
+        (every guild, for a session without ``shard``)."""
+        if self.shard is None:
+            return True
+        shard_id, count = self.shard
+        return (guild_id >> 22) % count == shard_id

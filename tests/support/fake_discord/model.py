@@ -121,6 +121,15 @@ class Snowflakes:
         self._last = max(candidate, self._last + 1)
         return self._last
 
+    def on_shard(self, shard_id: int, count: int) -> int:
+        """The next id whose object Discord puts on shard ``shard_id`` of ``count`` (``(id >> 22) % count``): the
+        same id a little later, when that shard's millisecond comes."""
+        candidate = self()
+        while (candidate >> 22) % count != shard_id:
+            candidate = ((candidate >> 22) + 1) << 22
+        self._last = candidate
+        return candidate
+
 
 @dataclass(eq=False, kw_only=True)
 class FakeUser:
@@ -157,6 +166,7 @@ class FakeBot(FakeUser):
     allow_message_content: bool = True
     allow_members: bool = True
     allow_presences: bool = True
+    identified: int = 0  # successful IDENTIFYs (session starts), for GET /gateway/bot's session_start_limit
 
     def application_flags(self) -> int:
         # GATEWAY_PRESENCE, GATEWAY_GUILD_MEMBERS, GATEWAY_MESSAGE_CONTENT (the verified-app variants)

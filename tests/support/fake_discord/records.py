@@ -60,7 +60,9 @@ class RecordedRequest:
     """One REST call as the fake received it. ``path`` is without the ``/api/v10`` prefix and percent-decoded;
     ``route`` is the template it matched (None: the fake has no such route, and answered 404); ``json`` is the
     JSON body, or a multipart body's ``payload_json``; ``bot`` is the caller (from its token, or for interaction
-    and webhook-token routes, the bot the interaction went to)."""
+    and webhook-token routes, the bot the interaction went to). ``at`` is when it came (the rate limits' clock);
+    ``bucket`` the rate-limit bucket it counted against (``messages:<channel id>``, ``global``) or None;
+    ``retry_after`` and ``scope`` ("user", "global") are set when the fake answered it 429 for its limits."""
 
     method: str
     path: str
@@ -72,6 +74,10 @@ class RecordedRequest:
     status: int = 0
     response: Any = None
     injected: bool = False  # answered by a fail_next rule
+    at: float = 0.0
+    bucket: str | None = None
+    retry_after: float | None = None
+    scope: str | None = None
 
     def __repr__(self) -> str:
         who = self.bot.name if self.bot is not None else "-"

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from .model import FakeGuild
+    from .ratelimits import Verdict
     from .server import FakeDiscord
 
 __all__ = ("ROUTES", "handle")
@@ -75,6 +76,7 @@ async def handle(fake: FakeDiscord, request: web.Request) -> web.StreamResponse:
         json=body,
         query=dict(request.query),
         files=files,
+        at=fake.rate_limits.clock(),
     )
     fake.requests.append(record)
     headers: dict[str, str] = {}
@@ -89,10 +91,16 @@ async def handle(fake: FakeDiscord, request: web.Request) -> web.StreamResponse:
     elif route.auth == "bot" and record.bot is None:
         status, payload = 401, {"message": "401: Unauthorized", "code": 0}
     else:
-        try:
-            status, payload = await route.handler(Call(fake=fake, request=request, record=record, params=params))
-        except ApiError as error:
-            status, payload = error.status, error.body
+        verdict = _limited(fake, record, route, params) if route.auth == "bot" else None
+        if verdict is not None:
+            headers = verdict.headers
+        if verdict is not None and verdict.retry_after is not None:
+            status, payload = 429, verdict.body or {}
+        else:
+            try:
+                status, payload = await route.handler(Call(fake=fake, request=request, record=record, params=params))
+            except ApiError as error:
+                status, payload = error.status, error.body
     record.status, record.response = status, payload
     fake._notify()
     if status == 204 or payload is None:
@@ -100,6 +108,14 @@ async def handle(fake: FakeDiscord, request: web.Request) -> web.StreamResponse:
     # discord.py parses a body as JSON only when Content-Type is exactly "application/json" (no charset).
     body = json.dumps(payload).encode()
     return web.Response(body=body, status=status, headers={**headers, "Content-Type": "application/json"})
+
+
+def _limited(fake: FakeDiscord, record: RecordedRequest, route: Route, params: dict[str, str]) -> Verdict:
+    """Count the call against the bot's rate limits; the verdict's headers go on the answer, whatever it is."""
+    assert record.bot is not None
+    verdict = fake.rate_limits.check(record.bot.id, route.method, route.template, params)
+    record.bucket, record.retry_after, record.scope = verdict.bucket, verdict.retry_after, verdict.scope
+    return verdict
 
 
 def _match(method: str, raw_tail: str) -> tuple[Route | None, dict[str, str]]:
@@ -244,9 +260,24 @@ async def get_gateway(call: Call) -> tuple[int, Any]:
     return 200, {"url": call.fake.gateway_url}
 
 
+SESSION_STARTS = 1000  # a day's IDENTIFYs, per bot
+
+
 async def get_gateway_bot(call: Call) -> tuple[int, Any]:
-    limit = {"total": 1000, "remaining": 1000, "reset_after": 0, "max_concurrency": 1}
-    return 200, {"url": call.fake.gateway_url, "shards": 1, "session_start_limit": limit}
+    """The recommended shard count (the fake's ``shards``, else one per 1,000 guilds, or per the fake's lower
+    ``max_guilds_per_shard``) and the session starts left
+    today (each IDENTIFY uses one; the day does not end in a test)."""
+    fake = call.fake
+    guilds = sum(1 for guild in fake.guilds.values() if call.bot.id in guild.members)
+    per_shard = min(1000, fake.max_guilds_per_shard)
+    shards = fake.shards if fake.shards is not None else max(1, -(-guilds // per_shard))
+    limit = {
+        "total": SESSION_STARTS,
+        "remaining": max(0, SESSION_STARTS - call.bot.identified),
+        "reset_after": 86_400_000,
+        "max_concurrency": 1,
+    }
+    return 200, {"url": call.fake.gateway_url, "shards": shards, "session_start_limit": limit}
 
 
 async def get_me(call: Call) -> tuple[int, Any]:

@@ -41,6 +41,7 @@ from .model import (
     iso,
     permissions_in,
 )
+from .ratelimits import RateLimits
 from .records import (
     ApiError,
     FailureRule,
@@ -80,6 +81,15 @@ class FakeDiscord:
     time stands still at a fixed instant, so ids are consecutive and every run is the same.
     ``heartbeat_interval_ms`` is what HELLO announces; ``interaction_timeout`` is how long ``invoke`` waits for
     the bot's answer (Discord allows 3 s).
+
+    Sharding: ``GET /gateway/bot`` recommends ``shards`` shards (default: one per 1,000 guilds of the bot, as
+    Discord does); a session that IDENTIFYs with ``shard: [id, count]`` gets only the guilds with
+    ``(guild_id >> 22) % count == id``, and one that would hold more than ``max_guilds_per_shard`` guilds (Discord:
+    2,500) is closed with 4011 "Sharding required"; a bad ``shard`` array gets 4010 "Invalid shard".
+
+    Rate limits: ``rate_limits`` maps bucket names (``ratelimits.BUCKETS``: "messages", "reactions"...) to
+    ``(count, per_s)``, and ``global_rate_limit`` is ``(count, per_s)`` per bot; both are off by default
+    (``ratelimits.DISCORD_RATE_LIMITS`` are Discord's). See ``ratelimits``.
     """
 
     def __init__(
@@ -88,8 +98,15 @@ class FakeDiscord:
         clock: Callable[[], float] | None = None,
         heartbeat_interval_ms: int = 41_250,
         interaction_timeout: float = 3.0,
+        shards: int | None = None,
+        max_guilds_per_shard: int = 2500,
+        rate_limits: Mapping[str, tuple[int, float]] | None = None,
+        global_rate_limit: tuple[int, float] | None = None,
     ) -> None:
         self.clock: Callable[[], float] = clock or (lambda: FIXED_START)
+        self.shards = shards
+        self.max_guilds_per_shard = max_guilds_per_shard
+        self.rate_limits = RateLimits(rate_limits, global_rate_limit)
         self.snowflake = Snowflakes(self.clock)
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.interaction_timeout = interaction_timeout
@@ -178,10 +195,11 @@ class FakeDiscord:
 
     # -- building the world ----------------------------------------------------------------------------------
 
-    def add_guild(self, name: str, *, owner: FakeUser | None = None) -> FakeGuild:
+    def add_guild(self, name: str, *, owner: FakeUser | None = None, shard: tuple[int, int] | None = None) -> FakeGuild:
         """A guild with its @everyone role (id = guild id, ``DEFAULT_EVERYONE_PERMISSIONS``). Without ``owner``
-        the owner is a user who is not a member, so nobody in the test has the owner's implicit rights."""
-        guild_id = self.snowflake()
+        the owner is a user who is not a member, so nobody in the test has the owner's implicit rights.
+        ``shard=(id, count)``: a guild id that falls on that shard."""
+        guild_id = self.snowflake() if shard is None else self.snowflake.on_shard(*shard)
         guild = FakeGuild(id=guild_id, name=name, owner_id=(owner or self.ghost_owner).id, created_at=self.clock())
         guild.roles[guild_id] = FakeRole(
             id=guild_id, guild=guild, name="@everyone", permissions=DEFAULT_EVERYONE_PERMISSIONS
@@ -302,7 +320,8 @@ class FakeDiscord:
                 session.dispatch("GUILD_MEMBER_ADD", {**member.payload(), "guild_id": str(guild.id)})
         if isinstance(user, FakeBot):
             for session in self._live_sessions(user):
-                session.dispatch("GUILD_CREATE", self._guild_create(guild, session))
+                if session.covers(guild.id):
+                    session.dispatch("GUILD_CREATE", self._guild_create(guild, session))
         return member
 
     def set_roles(self, user: FakeUser, guild: FakeGuild, roles: Iterable[FakeRole]) -> FakeMember:
@@ -414,7 +433,7 @@ class FakeDiscord:
         }
         self.direct_messages.append(data)
         for session in self._live_sessions(bot):
-            if session.has(Intent.DIRECT_MESSAGES):
+            if session.has(Intent.DIRECT_MESSAGES) and session.covers(0):  # DMs go to shard 0
                 session.dispatch("MESSAGE_CREATE", data)
         self._notify()
         await self.flush()
@@ -562,10 +581,13 @@ class FakeDiscord:
             session.dispatch(event, data)
         await self.flush()
 
-    async def invalidate(self, bot: FakeBot, *, resumable: bool = False) -> None:
-        """Send INVALID_SESSION (op 9) to ``bot``'s connections; unless ``resumable`` its sessions end, so
-        discord.py identifies again (after its own 5 s ``before_identify_hook`` wait, unless overridden)."""
+    async def invalidate(self, bot: FakeBot, *, resumable: bool = False, shard: int | None = None) -> None:
+        """Send INVALID_SESSION (op 9) to ``bot``'s connections (only shard ``shard``'s, if given); unless
+        ``resumable`` its sessions end, so discord.py identifies again (after its own 5 s ``before_identify_hook``
+        wait, unless overridden)."""
         for session in self._live_sessions(bot):
+            if shard is not None and (session.shard is None or session.shard[0] != shard):
+                continue
             if session.connection is not None:
                 session.connection.send({"op": Op.INVALID_SESSION, "d": resumable, "s": None, "t": None})
             if not resumable:
@@ -699,7 +721,7 @@ class FakeDiscord:
         found = []
         for session in self.sessions:
             member = guild.members.get(session.bot.id)
-            if not session.valid or member is None:
+            if not session.valid or member is None or not session.covers(guild.id):
                 continue
             if intent is not None and not session.has(intent):
                 continue
@@ -938,7 +960,7 @@ class FakeDiscord:
             payload=payload,
         )
         self.interactions[interaction_id] = result
-        sessions = self._live_sessions(target)
+        sessions = [s for s in self._live_sessions(target) if s.covers(guild.id)]
         if sessions:
             sessions[-1].dispatch("INTERACTION_CREATE", payload)
         return result
@@ -1024,13 +1046,19 @@ class FakeDiscord:
         if bot.privileged_refused(intents):
             await self._refuse(connection, 4014, "Disallowed intent(s).")
             return
-        session = Session(
-            id=f"fake-session-{len(self.sessions) + 1}", bot=bot, intents=intents, shard=data.get("shard")
-        )
+        shard = data.get("shard")
+        if shard is not None and not _valid_shard(shard):
+            await self._refuse(connection, 4010, "Invalid shard.")
+            return
+        session = Session(id=f"fake-session-{len(self.sessions) + 1}", bot=bot, intents=intents, shard=shard)
+        guilds = [g for g in self.guilds.values() if bot.id in g.members and session.covers(g.id)]
+        if len(guilds) > self.max_guilds_per_shard:
+            await self._refuse(connection, 4011, "Sharding required.")
+            return
+        bot.identified += 1
         self.sessions.append(session)
         connection.session = session
         session.connection = connection
-        guilds = [g for g in self.guilds.values() if bot.id in g.members]
         ready: dict[str, Any] = {
             "v": 10,
             "user": {**bot.payload(), "verified": True, "mfa_enabled": False, "flags": 0},
@@ -1107,6 +1135,16 @@ def _may_read(session: Session, message: FakeMessage) -> bool:
         session.has(Intent.MESSAGE_CONTENT)
         or message.author is session.bot
         or any(user is session.bot for user in message.mentions)
+    )
+
+
+def _valid_shard(shard: object) -> bool:
+    """``[shard_id, num_shards]`` with ``0 <= shard_id < num_shards``."""
+    return (
+        isinstance(shard, list)
+        and len(shard) == 2
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in shard)
+        and 0 <= shard[0] < shard[1]
     )
 
 
