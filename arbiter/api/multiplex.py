@@ -38,7 +38,7 @@ __all__ = ("BAD_COMMAND", "MULTIPLEXED", "close_multiplexed", "multiplex_handler
 
 _log = logging.getLogger(__name__)
 
-MULTIPLEXED = web.AppKey("multiplexed", set[web.WebSocketResponse])
+MULTIPLEXED: web.AppKey[set[web.WebSocketResponse]] = web.AppKey("multiplexed")
 # The close code for a command frame that is not one (4000-4999 are for applications).
 BAD_COMMAND = 4400
 _OUTBOX = 512  # frames waiting for the socket before the feeds wait for it
@@ -72,9 +72,9 @@ async def multiplex_handler(request: web.Request) -> web.WebSocketResponse:
 async def close_multiplexed(app: web.Application) -> None:
     """End every open multiplexed stream (on shutdown: an open one would hold it for aiohttp's grace period;
     clients reconnect and resume each channel from its own seq)."""
-    await asyncio.gather(
-        *(socket.close(code=WSCloseCode.GOING_AWAY) for socket in list(app[MULTIPLEXED])), return_exceptions=True
-    )
+    open_sockets = app[MULTIPLEXED]
+    sockets = list(open_sockets)
+    await asyncio.gather(*(socket.close(code=WSCloseCode.GOING_AWAY) for socket in sockets), return_exceptions=True)
 
 
 class _Multiplex:

@@ -941,3 +941,26 @@ async def test_a_line_said_within_the_personas_last_thirty_is_not_posted_again(
 
     assert live.room.posts == []
     assert await claim_of(live, "aoi") is None
+
+
+async def test_a_persona_in_several_channels_holds_one_stream_and_reads_no_status_to_plan(live: Live) -> None:
+    channels = [CHANNEL, "hall", "den"]
+    for channel in channels[1:]:
+        await live.channel(channel)
+    aoi = make_persona("aoi")
+    runtime = await live.start(aoi, scripted(aoi), CHANNEL)
+    for channel in channels[1:]:
+        await asyncio.wait_for(runtime.join(channel).ready(), 5.0)
+
+    asked = {channel: await live.say(channel, f"Aoi, what do you think of {channel}?") for channel in channels}
+    for channel, seq in asked.items():
+        await eventually(lambda c=channel, s=seq: spoken_after_in(live, c, s), what=f"an answer in {channel}")
+
+    calls = live.log.of("aoi")
+    assert calls.count(("GET", "/v1/events")) == 1  # one connection for the three channels
+    assert ("GET", "status") not in calls and ("GET", "history") not in calls
+    assert runtime.stats.statuses_pushed >= 3
+
+
+async def spoken_after_in(live: Live, channel: str, seq: int) -> bool:
+    return any(m.seq > seq and m.author_id == "aoi" for m in await live.history(channel))
