@@ -155,7 +155,8 @@ def test_schemathesis_finds_the_server_true_to_its_document(served: ArbiterProce
     result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=RUN_S, check=False)
     report = result.stdout + result.stderr
     assert result.returncode == 0, report
-    # It really ran: every operation but the two streams and MCP was tested, with no error that kept a case from running.
+    # It really ran: every operation but the two streams and MCP was tested, with no error that kept a case from
+    # running.
     found = re.search(r"Selected: (\d+)/(\d+)\s+Tested: (\d+)", report)
     assert found is not None, report
     selected, total, tested = map(int, found.groups())
