@@ -167,6 +167,55 @@ def _bench_arbiter(args: argparse.Namespace) -> int:
     return _run(lambda: run_benchmark(args))
 
 
+def _bench_fleet(args: argparse.Namespace) -> int:
+    from bench.fleet import run_benchmark
+
+    configure_logging("WARNING")
+    return _run(lambda: run_benchmark(args))
+
+
+def _add_benches(commands: Any, personas_dir: object) -> None:
+    bench = commands.add_parser("bench", help="run a benchmark and print its numbers")
+    benches = bench.add_subparsers(dest="bench", required=True, metavar="<benchmark>")
+    _add_arbiter_bench(benches)
+    talk = benches.add_parser("conversation", help="default mode against tool-loop mode on one scripted conversation")
+    talk.add_argument("--personas", default="rin,theo,juno", help="persona ids (3 to 5 make sense)")
+    talk.add_argument("--personas-dir", default=str(personas_dir), help="where the persona files are")
+    talk.add_argument("--mode", choices=["decide", "tool-loop", "both"], default="both")
+    talk.add_argument("--lines", type=int, default=60, help="the person's lines in the script (default 60)")
+    talk.add_argument("--every", type=float, default=20.0, help="conversation seconds between the person's lines")
+    talk.add_argument("--tail", type=float, default=60.0, help="conversation seconds of quiet after the last line")
+    talk.add_argument("--latency", type=float, default=1.0, help="the provider's seconds per request")
+    talk.add_argument("--speed", type=float, default=20.0, help="how much faster than the clock time runs")
+    talk.add_argument("--seed", type=int, default=7)
+    talk.add_argument(
+        "--transcript",
+        metavar="FILE",
+        help="write the conversation as [speaker] text lines (FILE.<mode>.ext for each of both modes)",
+    )
+    talk.set_defaults(func=_bench_conversation)
+    _add_fleet_bench(benches, personas_dir)
+
+
+def _add_fleet_bench(benches: Any, personas_dir: object) -> None:
+    fleet = benches.add_parser("fleet", help="N personas in C channels with people talking at R messages a second")
+    fleet.add_argument("--personas", type=int, default=6, help="personas (default 6; at most the shipped ones)")
+    fleet.add_argument("--personas-dir", default=str(personas_dir), help="where the persona files are")
+    fleet.add_argument("--channels", type=int, default=1000, help="channels every persona joins (default 1000)")
+    fleet.add_argument("--rate", type=float, default=20.0, help="human messages a second, in all (default 20)")
+    fleet.add_argument("--seconds", type=float, default=30.0, help="measured duration (default 30)")
+    fleet.add_argument("--warmup", type=float, default=5.0, help="seconds of talk before measuring (default 5)")
+    fleet.add_argument("--delay", type=float, default=0.0, help="the personas' base delay before a look (default 0)")
+    fleet.add_argument("--latency", type=float, default=0.5, help="the scripted provider's seconds per request")
+    fleet.add_argument("--database", choices=["sqlite", "postgres"], default="sqlite")
+    fleet.add_argument(
+        "--postgres-url",
+        default="postgresql+asyncpg://postgres@127.0.0.1:5432/postgres",
+        help="server to create a scratch database on",
+    )
+    fleet.set_defaults(func=_bench_fleet)
+
+
 def _bench_conversation(args: argparse.Namespace) -> int:
     from bench.conversation import run_benchmark
 
@@ -249,25 +298,7 @@ def _parser() -> argparse.ArgumentParser:
     card.add_argument("--force", action="store_true", help="replace a persona file of the same id")
     card.set_defaults(func=_personas_import)
 
-    bench = commands.add_parser("bench", help="run a benchmark and print its numbers")
-    benches = bench.add_subparsers(dest="bench", required=True, metavar="<benchmark>")
-    _add_arbiter_bench(benches)
-    talk = benches.add_parser("conversation", help="default mode against tool-loop mode on one scripted conversation")
-    talk.add_argument("--personas", default="rin,theo,juno", help="persona ids (3 to 5 make sense)")
-    talk.add_argument("--personas-dir", default=str(SHIPPED_PERSONAS), help="where the persona files are")
-    talk.add_argument("--mode", choices=["decide", "tool-loop", "both"], default="both")
-    talk.add_argument("--lines", type=int, default=60, help="the person's lines in the script (default 60)")
-    talk.add_argument("--every", type=float, default=20.0, help="conversation seconds between the person's lines")
-    talk.add_argument("--tail", type=float, default=60.0, help="conversation seconds of quiet after the last line")
-    talk.add_argument("--latency", type=float, default=1.0, help="the provider's seconds per request")
-    talk.add_argument("--speed", type=float, default=20.0, help="how much faster than the clock time runs")
-    talk.add_argument("--seed", type=int, default=7)
-    talk.add_argument(
-        "--transcript",
-        metavar="FILE",
-        help="write the conversation as [speaker] text lines (FILE.<mode>.ext for each of both modes)",
-    )
-    talk.set_defaults(func=_bench_conversation)
+    _add_benches(commands, SHIPPED_PERSONAS)
     return parser
 
 

@@ -41,6 +41,7 @@ from arbiter.core.text import display_length, estimate_tokens, trim_to_length
 __all__ = (
     "EVENT_MODELS",
     "MAX_MEMORY_TOKENS",
+    "MAX_RECENT",
     "Amount",
     "ArbiterEvent",
     "AuthorKind",
@@ -57,6 +58,7 @@ __all__ = (
     "DialogueState",
     "EditRequest",
     "EditedEvent",
+    "EndedEvent",
     "ErrorBody",
     "ErrorDetail",
     "Health",
@@ -93,7 +95,11 @@ __all__ = (
     "SpeakResult",
     "SpeakerNote",
     "SpendState",
+    "StatusEvent",
     "StatusView",
+    "StreamCommand",
+    "StreamFrame",
+    "Subscribe",
     "Text",
     "Tier",
     "TierPatch",
@@ -106,6 +112,7 @@ __all__ = (
     "estimate_tokens",
     "memory_tokens",
     "parse_event",
+    "parse_stream_frame",
     "trim_to_length",
 )
 
@@ -722,3 +729,82 @@ def parse_event(raw: str | bytes) -> ArbiterEvent:
     """One frame of the event stream as its model. Raises ``pydantic.ValidationError`` for a frame that is not
     one (of a kind this version does not know, the error's type is ``union_tag_invalid``)."""
     return _EVENT.validate_json(raw)
+
+
+# --- the multiplexed event stream (GET /v1/events) -------------------------------------------------------
+# One WebSocket for every channel a client follows: it sends ``StreamCommand`` frames to subscribe to channels
+# (each from a seq of its own, as ``?after=`` does on a channel's stream) and receives each channel's events, every
+# frame naming its channel, plus the frames below. Per channel the order and the join are those of the per-channel
+# stream: the messages after ``after`` replayed, then the level, then every event as it happens.
+
+MAX_RECENT = 200
+"""The most messages a subscription may ask to have replayed from the channel's end (``Subscribe.recent``)."""
+
+
+class Subscribe(_In):
+    """Follow one channel: with ``after``, the messages after that seq replayed first (a client that resumes);
+    with ``recent``, the channel's last ``recent`` messages (a client that arrives); with neither, live only."""
+
+    channel: Id
+    after: Seq | None = None
+    recent: Annotated[StrictInt, Field(ge=1, le=MAX_RECENT)] | None = None
+
+    @model_validator(mode="after")
+    def _one_start(self) -> Subscribe:
+        if self.after is not None and self.recent is not None:
+            raise ValueError("give after or recent, not both")
+        return self
+
+
+class StreamCommand(_In):
+    """A client's frame on the multiplexed stream: channels to follow (subscribing to one already followed
+    starts it again from the new point) and channels to stop following."""
+
+    subscribe: list[Subscribe] = Field(default_factory=list, max_length=5_000)
+    unsubscribe: list[Id] = Field(default_factory=list, max_length=5_000)
+
+
+class StatusEvent(_Out):
+    """The channel's status as the stream's persona sees it (as GET status answers it), pushed after each change
+    that can move it (a message, a claim, the level, the settings), once per burst of them. Its verdicts hold at
+    ``status.now``: a ``retry_after`` says when one may change with no event (a floor or a wait that ends)."""
+
+    type: Literal["status"] = "status"
+    channel_id: str
+    status: StatusView
+
+
+class EndedEvent(_Out):
+    """The stream stopped following the channel: ``fell_behind`` (subscribe again with ``after``, the last message
+    seq it was sent, and lose nothing), ``closed`` (the arbiter ended the channel's feed, as when it shuts down:
+    the same) or ``unknown_channel`` (no such channel; ``after`` null)."""
+
+    type: Literal["ended"] = "ended"
+    channel_id: str
+    reason: Literal["fell_behind", "closed", "unknown_channel"]
+    after: int | None = None
+    detail: str
+
+
+StreamFrame: TypeAlias = Annotated[
+    MessageEvent
+    | LevelEvent
+    | ClaimEvent
+    | RetractedEvent
+    | EditedEvent
+    | DeletedEvent
+    | SettingsEvent
+    | ClearedEvent
+    | MemoryEvent
+    | StatusEvent
+    | EndedEvent,
+    Field(discriminator="type"),
+]
+"""Any frame the multiplexed stream sends: a channel's event, or one of the stream's own."""
+
+_STREAM_FRAME: TypeAdapter[StreamFrame] = TypeAdapter(StreamFrame)
+
+
+def parse_stream_frame(raw: str | bytes) -> StreamFrame:
+    """One frame of the multiplexed stream as its model (raises ``pydantic.ValidationError`` like ``parse_event``)."""
+    return _STREAM_FRAME.validate_json(raw)

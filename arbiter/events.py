@@ -71,6 +71,11 @@ class Subscription:
         self._ready.set()
         return True
 
+    @property
+    def pending(self) -> int:
+        """How many events wait to be read."""
+        return len(self._queue)
+
     def close(self) -> None:
         self._hub._remove(self)
         self._end()

@@ -38,14 +38,20 @@ class ChannelFeed:
     """Use ``async with`` (it subscribes, and raises NotFound for an unknown channel), then iterate ``events()``.
 
     With ``after``: the messages after that seq, replayed, then the channel's level, then every event as it
-    happens. Without: the level, then every event as it happens, messages from the channel's last seq on.
+    happens. With ``recent``: the same from ``recent`` messages before the channel's last seq when the feed starts
+    (a client that arrives and wants some context). With neither: the level, then every event as it happens,
+    messages from the channel's last seq on.
     """
 
-    def __init__(self, service: ArbiterService, hub: EventHub, channel_id: str, *, after: int | None) -> None:
+    def __init__(
+        self, service: ArbiterService, hub: EventHub, channel_id: str, *, after: int | None, recent: int | None = None
+    ) -> None:
         self.channel_id = channel_id
         self._service = service
         self._hub = hub
         self._after = after
+        self._recent = recent
+        self._live = False  # the replay is over (the level was handed out)
         self._subscription: Subscription | None = None
         self._level: wire.LevelEvent | None = None
         self._start_seq = 0  # the channel's last seq when the feed started
@@ -62,6 +68,8 @@ class ChannelFeed:
             self._subscription.close()
             raise
         self._start_seq = last_seq
+        if self._recent is not None and self._after is None:
+            self._after = self.last_seq = max(0, last_seq - self._recent)
         return self
 
     async def __aexit__(self, *_exc: object) -> None:
@@ -78,6 +86,12 @@ class ChannelFeed:
         """Whether the hub dropped this feed for falling behind (its events then end early)."""
         return self._subscription is not None and self._subscription.overflowed
 
+    @property
+    def caught_up(self) -> bool:
+        """Whether the replay is over and no live event waits: what was handed out is the channel as it is now,
+        as far as this feed knows (a moment to tell the client something about the whole of it)."""
+        return self._live and self._subscription is not None and self._subscription.pending == 0
+
     async def events(self) -> AsyncIterator[wire.ArbiterEvent]:
         assert self._subscription is not None and self._level is not None, "use the feed in `async with`"
         if self._after is not None:
@@ -87,6 +101,7 @@ class ChannelFeed:
         # did not bring are no longer part of the conversation (retracted, deleted). Live messages follow on.
         self.last_seq = max(self.last_seq, self._start_seq)
         # The level after the replay: a client knows the replay is over when it comes.
+        self._live = True
         yield self._level
         self._hub.announce(self._level)
         async for event in self._subscription:

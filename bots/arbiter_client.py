@@ -6,6 +6,7 @@ One ``aiohttp.ClientSession`` (created by the caller, passed in) per process; ea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -16,9 +17,9 @@ from arbiter import contract as wire
 from bots.errors import ArbiterRejected, ArbiterUnavailable
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Sequence
 
-__all__ = ("ArbiterClient",)
+__all__ = ("ArbiterClient", "MultiplexedStream")
 
 _log = logging.getLogger(__name__)
 
@@ -148,6 +149,73 @@ class ArbiterClient:
             raise ArbiterUnavailable(f"event stream of {channel_id}: HTTP {error.status}") from error
         except (aiohttp.ClientError, TimeoutError) as error:
             raise ArbiterUnavailable(f"event stream of {channel_id}: {type(error).__name__}: {error}") from error
+
+    @contextlib.asynccontextmanager
+    async def stream(self) -> AsyncIterator[MultiplexedStream]:
+        """The multiplexed event stream (GET /v1/events): one connection for every channel the persona follows,
+        with its status of each pushed after changes. Subscribe to channels on it, then iterate its frames."""
+        try:
+            async with asyncio.timeout(self._timeout.total):
+                socket = await self._session.ws_connect(
+                    f"{self._base}/v1/events", headers=self._headers, heartbeat=30, max_msg_size=0
+                )
+        except aiohttp.WSServerHandshakeError as error:
+            if 400 <= error.status < 500:
+                raise ArbiterRejected(error.status, "stream_refused", error.message) from error
+            raise ArbiterUnavailable(f"multiplexed stream: HTTP {error.status}") from error
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise ArbiterUnavailable(f"multiplexed stream: {type(error).__name__}: {error}") from error
+        async with socket:
+            try:
+                yield MultiplexedStream(socket)
+            except (aiohttp.ClientError, ConnectionResetError) as error:
+                raise ArbiterUnavailable(f"multiplexed stream: {type(error).__name__}: {error}") from error
+
+
+class MultiplexedStream:
+    """An open multiplexed event stream (``ArbiterClient.stream``): ``subscribe`` channels, iterate the frames."""
+
+    def __init__(self, socket: aiohttp.ClientWebSocketResponse) -> None:
+        self._socket = socket
+
+    async def subscribe(self, subscriptions: Sequence[wire.Subscribe]) -> None:
+        await self._command(wire.StreamCommand(subscribe=list(subscriptions)))
+
+    async def unsubscribe(self, channel_ids: Sequence[str]) -> None:
+        await self._command(wire.StreamCommand(unsubscribe=list(channel_ids)))
+
+    async def _command(self, command: wire.StreamCommand) -> None:
+        try:
+            await self._socket.send_str(command.model_dump_json(exclude_defaults=True))
+        except (aiohttp.ClientError, ConnectionResetError) as error:
+            raise ArbiterUnavailable(f"multiplexed stream: {type(error).__name__}: {error}") from error
+
+    async def __aiter__(self) -> AsyncIterator[wire.StreamFrame]:
+        """Every frame, as its model, until the connection ends (a frame of a kind this version does not know, or
+        a malformed one, is skipped as on a channel's stream)."""
+        while True:
+            frame = await self._socket.receive()
+            if frame.type is aiohttp.WSMsgType.TEXT:
+                event = _frame(frame.data)
+                if event is not None:
+                    yield event
+            elif frame.type is aiohttp.WSMsgType.CLOSE:
+                level = logging.DEBUG if frame.data == aiohttp.WSCloseCode.OK else logging.WARNING
+                _log.log(level, "the multiplexed stream was closed by the arbiter: %s %s", frame.data, frame.extra)
+                return
+            elif frame.type in (aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
+                return
+
+
+def _frame(raw: str) -> wire.StreamFrame | None:
+    try:
+        return wire.parse_stream_frame(raw)
+    except ValidationError as error:
+        if any(detail["type"] == "union_tag_invalid" for detail in error.errors()):
+            _log.debug("multiplexed stream: skipping a frame of an unknown kind")
+        else:
+            _log.warning("multiplexed stream: skipping a malformed frame: %s", error)
+        return None
 
 
 def _event(channel_id: str, raw: str) -> wire.ArbiterEvent | None:

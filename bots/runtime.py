@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, assert_never
 
 from arbiter import contract as wire
 from arbiter.contract import Tier
-from bots.errors import ArbiterRejected, ArbiterUnavailable, BotError, PostFailed
+from bots.errors import ArbiterRejected, BotError, PostFailed
+from bots.follower import StreamFollower
 from bots.llm.base import DecisionRequest, DecisionResult, LLMBadOutput, LLMError, LLMRateLimited, LLMTimeout, Usage
 from bots.llm.tool_rounds import DEFAULT_ROUNDS, decide_with_tools
 from bots.memory import MEMORY_SCHEMA, fit_state
@@ -49,6 +50,11 @@ _log = logging.getLogger(__name__)
 OWN_LINES = 30
 # How much history a worker reads on arrival: its window, and its own recent lines among them.
 _ARRIVAL_READ = 100
+# How long a look waits for the status the stream pushes after the newest message before it asks for one.
+_STATUS_WAIT_S = 0.25
+# A pushed status is trusted at most this long with no newer one (its verdicts' own expiry aside): a last resort
+# against a change that published nothing.
+_STATUS_MAX_AGE_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +92,8 @@ class RuntimeStats:
     given_back: int = 0  # claims given back before any call: the conversation moved on while claiming
     provider_errors: int = 0
     looks: int = 0  # turns looked at and finished (status, plan, maybe claim and generation), whatever came of them
+    statuses_pushed: int = 0  # looks planned from the status the stream pushed
+    statuses_read: int = 0  # looks that had to ask for the status (none pushed yet, or it had expired)
     prompt_sizes: list[int] = field(default_factory=list)  # prompt tokens of each request, in order
 
     def count_usage(self, usage: Usage | None) -> None:
@@ -156,7 +164,10 @@ class PersonaRuntime:
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         tools: ToolHost | None = None,
+        on_decision: Callable[[str, int, Tier | None], None] | None = None,
     ) -> None:
+        """``on_decision(channel_id, seq, tier)``: told of every look's plan as it is made (the tier it claims, or
+        None for no claim now), before the claim goes out; for measuring (``aizuchi bench fleet``)."""
         self.persona = persona
         self.provider = provider
         self.tools = tools  # its MCP servers' tools, connected (None or empty: a decision alone, one request)
@@ -167,6 +178,11 @@ class PersonaRuntime:
         self.clock = clock or (lambda: asyncio.get_running_loop().time())
         self.sleep = sleep
         self.stats = RuntimeStats()
+        self.on_decision = on_decision
+        # One multiplexed event stream for every channel this persona takes part in (GET /v1/events).
+        self.follower = StreamFollower(
+            arbiter, name=f"persona={persona.id}", sleep=sleep, reconnect_s=self.config.reconnect_s
+        )
         self._workers: dict[str, ChannelWorker] = {}
         self._errors_in_a_row = 0
         self._backoff_until = 0.0
@@ -198,6 +214,7 @@ class PersonaRuntime:
 
     async def close(self) -> None:
         """Stop every worker; claims in flight are released on the way out."""
+        await self.follower.close()
         workers, self._workers = list(self._workers.values()), {}
         await asyncio.gather(*(worker.close() for worker in workers), return_exceptions=True)
 
@@ -221,7 +238,8 @@ class PersonaRuntime:
 
 
 class ChannelWorker:
-    """One persona in one channel: follows the channel's events and takes turns."""
+    """One persona in one channel: follows the channel's events (its share of the persona's multiplexed stream, as
+    a ``bots.follower.ChannelListener``) and takes turns."""
 
     def __init__(self, runtime: PersonaRuntime, channel_id: str) -> None:
         self.runtime = runtime
@@ -251,7 +269,15 @@ class ChannelWorker:
         # Its notes on this channel (its dialogue state) as the arbiter keeps them, and the update of the turn under
         # way, given to the arbiter with its speech or its release.
         self.memory: wire.MemoryUpdate | None = None
+        self._memory_read = False  # read from the arbiter once, before the first generation (or heard of before)
         self._new_memory: wire.MemoryUpdate | None = None
+        self._arrived = False  # the recent history is in (the stream's replay ended with the level)
+        # The persona's status here as the stream last pushed it, and until when (on this clock) its verdicts hold.
+        self._status: wire.StatusView | None = None
+        self._status_until = 0.0
+        self._status_pushed = asyncio.Event()
+        # A claim of its own whose settling the stream has not shown yet: statuses pushed before that are stale.
+        self._settling: str | None = None
 
     @property
     def persona(self) -> Persona:
@@ -264,10 +290,8 @@ class ChannelWorker:
 
     def start(self) -> None:
         name = f"{self.persona.id}@{self.channel_id}"
-        self._tasks = [
-            asyncio.create_task(self._follow(), name=f"feed {name}"),
-            asyncio.create_task(self._loop(), name=f"turns {name}"),
-        ]
+        self._tasks = [asyncio.create_task(self._loop(), name=f"turns {name}")]
+        self.runtime.follower.follow(self.channel_id, self)
 
     async def ready(self) -> None:
         """Wait until the worker has read the channel's recent history and follows its events."""
@@ -279,6 +303,7 @@ class ChannelWorker:
         return not self._turning and not self._wake.is_set() and self._retry is None
 
     async def close(self) -> None:
+        self.runtime.follower.leave(self.channel_id)
         if self._retry is not None:
             self._retry.cancel()
         for task in self._tasks:
@@ -292,42 +317,73 @@ class ChannelWorker:
 
     # --- following the channel -------------------------------------------------------------------------
 
-    async def _follow(self) -> None:
-        delay = self.runtime.config.reconnect_s
-        first = True
-        while True:
-            try:
-                if first:
-                    await self._load_recent()
-                    # Start fresh: what was said before the persona arrived is context, not a cue.
-                    self.answered = self.last_seq
-                    first = False
-                async for event in self.runtime.arbiter.events(self.channel_id, after=self.last_seq):
-                    self._ready.set()
-                    delay = self.runtime.config.reconnect_s
-                    self._on_event(event)
-            except asyncio.CancelledError:
-                raise
-            except ArbiterRejected as error:
-                _log.warning(
-                    "persona=%s channel=%s: stream refused (%s); leaving", self.persona.id, self.channel_id, error
-                )
-                return
-            except (ArbiterUnavailable, ValueError) as error:
-                _log.info(
-                    "persona=%s channel=%s: stream lost (%s); reconnecting", self.persona.id, self.channel_id, error
-                )
-            await self.runtime.sleep(delay)
-            delay = min(delay * 2, 30.0)
+    def subscription(self) -> wire.Subscribe:
+        """Where its channel's stream starts: on arrival, the recent history (context, not cues); after that, the
+        message after the last it saw, so a reconnection loses nothing and repeats nothing."""
+        if not self._held and not self._turning:
+            # A new feed's statuses are newer than any claim it has settled (a settling event a dropped connection
+            # took with it would otherwise keep it asking for the status).
+            self._settling = None
+        if self._arrived or self.last_seq:
+            return wire.Subscribe(channel=self.channel_id, after=self.last_seq)
+        return wire.Subscribe(channel=self.channel_id, recent=_ARRIVAL_READ)
 
-    async def _load_recent(self) -> None:
-        status = await self.runtime.arbiter.status(self.channel_id)
-        after = max(0, status.last_seq - _ARRIVAL_READ)
-        page = await self.runtime.arbiter.history(self.channel_id, after=after, limit=_ARRIVAL_READ)
-        self.window.extend(page.messages)
-        self._own.extend(m for m in page.messages if m.author_id == self.persona.id)
-        self.last_seq = max(status.last_seq, page.next_after)
-        self.memory = await self.runtime.arbiter.memory(self.channel_id)
+    def on_refused(self, detail: str) -> None:
+        _log.warning("persona=%s channel=%s: stream refused (%s); leaving", self.persona.id, self.channel_id, detail)
+
+    def on_frame(self, frame: wire.StreamFrame) -> None:
+        match frame:
+            case wire.StatusEvent(status=status):
+                self._on_status(status)
+            case wire.EndedEvent():
+                pass  # the follower's business
+            case _:
+                self._on_event(frame)
+                if not self._arrived and isinstance(frame, wire.LevelEvent):
+                    # The replay is over. Start fresh: what was said before the persona arrived is context, not a cue.
+                    self._arrived = True
+                    self.answered = self.last_seq
+                    self._wake.clear()
+                    self._ready.set()
+
+    def _on_status(self, status: wire.StatusView) -> None:
+        if self._settling is not None or status.claim is not None:
+            return  # from before its own claim settled, or while it holds one: stale for the next look
+        now = self.runtime.clock()
+        # Verdicts change with no event when a wait ends (a refund due, a floor's time up): trust it until then.
+        expiries = [tier.retry_after for tier in status.tiers.values() if tier.retry_after is not None]
+        if status.priority_until is not None:
+            expiries.append(status.priority_until - status.now)
+        self._status = status
+        self._status_until = now + max(0.0, min([_STATUS_MAX_AGE_S, *expiries]))
+        self._status_pushed.set()
+
+    def _pushed_status(self) -> wire.StatusView | None:
+        """The pushed status, if it still holds: it has seen every message this worker has, and no verdict's wait
+        has ended since. (A stale one would cost at most a refused claim; an expired one could keep it silent.)"""
+        status = self._status
+        if status is None or status.last_seq < self.last_seq or self.runtime.clock() >= self._status_until:
+            return None
+        return status
+
+    async def _current_status(self) -> wire.StatusView:
+        """The status to plan from: the one the stream pushed after the newest message (waiting a moment for it
+        when it is on its way), else read from the arbiter."""
+        status = self._pushed_status()
+        if status is None and self._status is not None and self._settling is None:
+            deadline = self.runtime.clock() + _STATUS_WAIT_S
+            while status is None and (left := deadline - self.runtime.clock()) > 0:
+                self._status_pushed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._status_pushed.wait(), left)
+                status = self._pushed_status()
+                if self._status is None or self.runtime.clock() >= self._status_until:
+                    break
+        if status is not None:
+            self.runtime.stats.statuses_pushed += 1
+            return status
+        self.runtime.stats.statuses_read += 1
+        return await self.runtime.arbiter.status(self.channel_id)
 
     def _on_event(self, event: wire.ArbiterEvent) -> None:
         match event:
@@ -360,14 +416,18 @@ class ChannelWorker:
                     self.memory = None
                 elif self.memory is None or memory.seq >= self.memory.seq:
                     self.memory = wire.MemoryUpdate(seq=memory.seq, state=memory.state)
+                self._memory_read = True
             case wire.SettingsEvent():
                 # A look reads the settings that matter from the status, fresh; but a resume, an unmute or a higher
                 # cap is no message, and what was said while it held the persona back is still unanswered.
                 if self._blocked is not None:
                     self.answered, self._blocked = self._blocked, None
                     self.wake()
-            case wire.ClaimEvent() | wire.MemoryEvent():
-                pass  # a look reads the claims that matter from the status, fresh; others' notes are theirs
+            case wire.ClaimEvent(claim=claim):
+                if claim.claim_id == self._settling and claim.state is not wire.SpendState.HELD:
+                    self._settling = None  # statuses pushed from now on are from after it
+            case wire.MemoryEvent():
+                pass  # others' notes are theirs
             case _:
                 assert_never(event)
 
@@ -452,7 +512,7 @@ class ChannelWorker:
 
     async def _turn(self) -> None:
         runtime = self.runtime
-        status = await runtime.arbiter.status(self.channel_id)
+        status = await self._current_status()
         read_at = runtime.clock()
         window = list(self.window)
         newest = window[-1].seq if window else 0
@@ -462,6 +522,8 @@ class ChannelWorker:
             self._must_answer = None  # answered, given up, or the floor's time passed: a look like any other
         second_look = self._second_look == newest
         plan = plan_turn(self.persona, status, window, runtime.rng, intent=intent, second_look=second_look)
+        if runtime.on_decision is not None:
+            runtime.on_decision(self.channel_id, newest, plan.tier)
         self._intent = (thread, plan.wanted) if plan.wanted is not None else None
         self._floor_wait = plan.floor
         _log.debug(
@@ -495,6 +557,8 @@ class ChannelWorker:
             return
         self.answered = newest
         self._held = granted.claim_id
+        self._status, self._settling = None, granted.claim_id
+        await self._read_memory()
         # The claim lapses at expires_at on the arbiter's clock; status.now was read on the same clock.
         lapses = None if granted.expires_at is None else read_at + granted.expires_at - status.now
         addressed_by = _addressing(self.persona.id, window) if self.persona.id in status.priority else None
@@ -512,6 +576,16 @@ class ChannelWorker:
             self._retry_in(0.0)
         elif second_try:
             self._must_answer = None
+
+    async def _read_memory(self) -> None:
+        """Its notes here, read once before the first generation (not on arrival: a persona in a thousand channels
+        would make a thousand reads at once); the memory events keep them current after that."""
+        if self._memory_read:
+            return
+        read = await self.runtime.arbiter.memory(self.channel_id)
+        if not self._memory_read and (self.memory is None or (read is not None and read.seq >= self.memory.seq)):
+            self.memory = read
+        self._memory_read = True
 
     async def _claim(self, tier: Tier, based_on: int, thread: int) -> wire.ClaimView | None:
         runtime = self.runtime

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from arbiter.api.errors import error_middleware, quiet_bad_requests
+from arbiter.api.multiplex import MULTIPLEXED, close_multiplexed, multiplex_handler
 from arbiter.api.openapi import openapi_document
 from arbiter.api.routes import AUTH, MAX_BODY, SERVICE, add_routes
 from arbiter.api.stream import HUB, events_handler
@@ -45,6 +46,7 @@ async def _end_streams(app: web.Application) -> None:
     # Open event streams would otherwise hold shutdown for aiohttp's whole grace period (a minute): end them;
     # clients reconnect with ?after= and lose nothing.
     app[HUB].close_all()
+    await close_multiplexed(app)
 
 
 def build_app(service: ArbiterService, hub: EventHub, auth: TokenAuth) -> web.Application:
@@ -53,10 +55,12 @@ def build_app(service: ArbiterService, hub: EventHub, auth: TokenAuth) -> web.Ap
     app[SERVICE] = service
     app[HUB] = hub
     app[AUTH] = auth
+    app[MULTIPLEXED] = set()
     app[_OPENAPI] = json.dumps(openapi_document(package_version()))
     app.on_shutdown.append(_end_streams)
     add_routes(app)
     app.router.add_get("/v1/channels/{channel_id}/events", events_handler)
+    app.router.add_get("/v1/events", multiplex_handler)
     app.router.add_get("/v1/openapi.json", _openapi)
     app.router.add_get("/v1/health", _health)
     add_mcp_routes(app, McpEndpoint(service, hub, package_version()))

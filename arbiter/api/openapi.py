@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic.json_schema import models_json_schema
 
 from arbiter.api.routes import _PATH_PARAMS, ENDPOINTS, Access, Endpoint, HistoryQuery
-from arbiter.contract import EVENT_MODELS, ErrorBody, Health
+from arbiter.contract import EVENT_MODELS, EndedEvent, ErrorBody, Health, StatusEvent, StreamCommand
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -93,17 +93,19 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
 
 
 def openapi_document(version: str) -> dict[str, Any]:
-    models: set[type[BaseModel]] = {ErrorBody, Health, *EVENT_MODELS}
+    models: set[type[BaseModel]] = {ErrorBody, Health, *EVENT_MODELS, *_STREAM_MODELS, StreamCommand}
     for endpoint in ENDPOINTS:
         models.update(m for m in (endpoint.body, endpoint.query, endpoint.response) if m is not None)
     ordered = sorted(models, key=lambda model: model.__name__)
+    inputs = {*_inputs(), StreamCommand}
     _, schemas = models_json_schema(
-        [(model, "validation" if model in _inputs() else "serialization") for model in ordered], ref_template=_REF
+        [(model, "validation" if model in inputs else "serialization") for model in ordered], ref_template=_REF
     )
     paths: dict[str, dict[str, Any]] = {}
     for endpoint in ENDPOINTS:
         paths.setdefault(endpoint.path, {})[endpoint.method.lower()] = _operation(endpoint)
     paths["/v1/channels/{channel_id}/events"] = {"get": _events_operation()}
+    paths["/v1/events"] = {"get": _multiplex_operation()}
     # The two routes build_app adds beside the endpoint table; public, like any health check.
     paths["/v1/health"] = {"get": _public_operation("health", "Whether the arbiter is up", {"schema": _ref(Health)})}
     paths["/v1/openapi.json"] = {"get": _public_operation("openapi", "This document (OpenAPI 3.1)", {})}
@@ -173,6 +175,42 @@ def _events_operation() -> dict[str, Any]:
                     (401, _ERRORS[401]),
                     (404, _ERRORS[404]),
                     (422, "channel_id or after is invalid; the error names it"),
+                    (503, _ERRORS[503]),
+                )
+            },
+        },
+        "security": [{"bearer": []}],
+        "x-access": Access.ANY.value,
+    }
+
+
+_STREAM_MODELS = (StatusEvent, EndedEvent)
+
+
+def _multiplex_operation() -> dict[str, Any]:
+    frames: list[type[BaseModel]] = [*EVENT_MODELS, *_STREAM_MODELS]
+    return {
+        "summary": "The events of every channel the client follows, on one WebSocket",
+        "operationId": "multiplexed_events",
+        "tags": ["turns"],
+        "description": "Upgrade to a WebSocket, then send StreamCommand text frames to follow channels"
+        ' ({"subscribe": [{"channel": "lobby", "after": 41}], "unsubscribe": ["hall"]}): per channel, the messages'
+        " after `after` (or the last `recent`) are replayed, then the level, then every event as it happens, joined"
+        " without a gap or a duplicate as on a channel's own stream. Each frame is one JSON object naming its"
+        " channel: " + ", ".join(model.__name__ for model in frames) + ". With a persona's token, a StatusEvent"
+        " (that persona's status of the channel) follows each burst of changes. A channel that falls behind ends"
+        " alone with an EndedEvent naming the seq to subscribe again after. A malformed command closes the socket"
+        " with code 4400 and the problem as the reason.",
+        "responses": {
+            "101": {
+                "description": "Switching to the multiplexed stream",
+                "content": {"application/json": {"schema": {"oneOf": [_ref(model) for model in frames]}}},
+            },
+            **{
+                str(code): {"description": description, "content": {"application/json": {"schema": _ref(ErrorBody)}}}
+                for code, description in (
+                    (400, "Not a WebSocket upgrade request"),
+                    (401, _ERRORS[401]),
                     (503, _ERRORS[503]),
                 )
             },

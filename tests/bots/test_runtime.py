@@ -83,15 +83,18 @@ async def test_an_addressed_persona_looks_claims_generates_speaks_and_posts(live
     assert (reply.author_id, reply.text, reply.seq) == ("aoi", post.text, asked + 1)
     assert reply.tier is Tier.REMARK  # addressed: it claimed a remark, and the scripted model used it
     await eventually(lambda: _linked(live, reply.seq, post.platform_message_id), what="the platform id linked")
-    # The order of the issue: status, claim, (one LLM call), speak, then the post's platform id. The scripted
-    # stand-in costs nothing, so there is no usage to report.
-    calls = [call for call in live.log.of("aoi") if call != ("GET", "events")]
-    assert calls[-4:] == [
-        ("GET", "status"),
+    # The order of the issue: claim (planned from the status the stream pushed: no status request), its notes read
+    # once before its first generation, (one LLM call), speak, then the post's platform id. The scripted stand-in
+    # costs nothing, so there is no usage to report.
+    calls = [call for call in live.log.of("aoi") if call != ("GET", "/v1/events")]
+    assert calls == [
+        ("PUT", "/v1/personas/aoi"),
         ("POST", "claims"),
+        ("GET", "memory"),
         ("POST", "claims/speak"),
         ("PUT", "messages/platform-id"),
     ]
+    assert (runtime.stats.statuses_pushed, runtime.stats.statuses_read) == (1, 0)
     assert ("POST", "usage") not in calls
     assert provider.calls == runtime.stats.llm_requests == 1
     assert ("aoi", CHANNEL) in live.room.typing  # it showed it was typing while it generated
@@ -261,8 +264,9 @@ async def test_a_blocked_persona_checks_status_and_makes_no_claim_and_no_llm_cal
     await live.say(CHANNEL, "Aoi, what do you think?")  # addressed: unblocked, it would certainly claim
     await eventually(lambda: runtime.stats.looks >= 1, what="a look")
 
-    calls = [call for call in live.log.of("aoi") if call != ("GET", "events")]
-    assert calls.count(("GET", "status")) >= 2  # one on joining, one for the turn
+    calls = [call for call in live.log.of("aoi") if call != ("GET", "/v1/events")]
+    # The look planned from the persona's status (pushed by the stream), with the block in its verdicts.
+    assert runtime.stats.statuses_pushed + runtime.stats.statuses_read >= 1
     assert (("POST", "claims") in calls) is speaks
     assert (runtime.stats.claims, provider.calls) == ((1, 1) if speaks else (0, 0))
     if speaks:
@@ -658,7 +662,7 @@ async def test_after_the_arbiter_restarts_the_stream_catches_up_and_misses_nothi
     seqs = [m.seq for m in worker.window]
     assert seqs == sorted(set(seqs))
     assert set(said) <= set(seqs)
-    assert live.log.of("aoi").count(("GET", "events")) >= 2  # it reconnected
+    assert live.log.of("aoi").count(("GET", "/v1/events")) >= 2  # it reconnected
     await eventually(lambda: spoken_after(live, said[-1], "aoi"), what="the addressed message answered")
 
 
@@ -795,10 +799,10 @@ def check_every_generation_was_claimed_and_used(
         assert stats.wasted == 0, persona_id  # every generation posted ...
         # ... or a deliberate pass, or stopped when a message came that it could no longer be said after
         assert stats.llm_requests == sum(stats.posted.values()) + stats.passes + stats.overtaken, persona_id
-        calls = [call for call in live.log.of(persona_id) if call != ("GET", "events")]
-        for index, call in enumerate(calls):
-            if call == ("POST", "claims"):
-                assert calls[index - 1] == ("GET", "status"), (persona_id, calls)
+        # Every claim planned from a status: the one the stream pushed, or one read when none held.
+        assert stats.claims <= stats.statuses_pushed + stats.statuses_read, persona_id
+        calls = live.log.of(persona_id)
+        assert calls.count(("GET", "status")) == stats.statuses_read, persona_id
 
 
 async def test_three_personas_stop_at_the_idle_cap_and_resume_when_a_human_speaks(live: Live) -> None:
@@ -937,3 +941,26 @@ async def test_a_line_said_within_the_personas_last_thirty_is_not_posted_again(
 
     assert live.room.posts == []
     assert await claim_of(live, "aoi") is None
+
+
+async def test_a_persona_in_several_channels_holds_one_stream_and_reads_no_status_to_plan(live: Live) -> None:
+    channels = [CHANNEL, "hall", "den"]
+    for channel in channels[1:]:
+        await live.channel(channel)
+    aoi = make_persona("aoi")
+    runtime = await live.start(aoi, scripted(aoi), CHANNEL)
+    for channel in channels[1:]:
+        await asyncio.wait_for(runtime.join(channel).ready(), 5.0)
+
+    asked = {channel: await live.say(channel, f"Aoi, what do you think of {channel}?") for channel in channels}
+    for channel, seq in asked.items():
+        await eventually(lambda c=channel, s=seq: spoken_after_in(live, c, s), what=f"an answer in {channel}")
+
+    calls = live.log.of("aoi")
+    assert calls.count(("GET", "/v1/events")) == 1  # one connection for the three channels
+    assert ("GET", "status") not in calls and ("GET", "history") not in calls
+    assert runtime.stats.statuses_pushed >= 3
+
+
+async def spoken_after_in(live: Live, channel: str, seq: int) -> bool:
+    return any(m.seq > seq and m.author_id == "aoi" for m in await live.history(channel))

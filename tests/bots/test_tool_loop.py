@@ -63,7 +63,7 @@ async def test_each_turn_calls_history_then_status_then_consume_then_answers_and
     assert post.text == consume.arguments["message"]
     page = await live.service.history(CHANNEL, after=0, limit=10)
     assert [(m.author_id, m.text) for m in page.messages if m.author_kind is AuthorKind.PERSONA] == [("aoi", post.text)]
-    requests = [call for call in live.log.of("aoi") if call != ("GET", "events")]
+    requests = [call for call in live.log.of("aoi") if call != ("GET", "/v1/events")]
     assert ("POST", "consume") in requests and ("POST", "claims") not in requests  # one step, as the reference
     usage = sum(c.usage.total_tokens for c in completions(provider))
     assert (await live.status(CHANNEL)).tokens_today == usage

@@ -1,0 +1,200 @@
+"""GET /v1/events: one WebSocket for every channel a client follows (the multiplexed event stream).
+
+A persona in a thousand channels holds one socket, not a thousand. The client sends ``StreamCommand`` frames
+(``{"subscribe": [{"channel": "lobby", "after": 41}, ...], "unsubscribe": [...]}``); for each channel it follows
+the stream runs that channel's ``arbiter.feed.ChannelFeed`` (the same replay and exactly-once join as the
+per-channel stream) and sends its events, each naming its channel. With a persona's token it also pushes that
+persona's status of a channel (``StatusEvent``: the level and each tier's verdict, as GET status answers it) after
+each burst of changes, so the persona plans with no status request.
+
+Per channel, a feed that falls behind ends alone, with an ``EndedEvent`` naming the seq to subscribe again after:
+the other channels go on. Frames go out through one bounded queue, so a slow client holds its feeds back (and
+their channels, if they are busy, fall behind) instead of growing memory. A malformed command closes the socket
+with code 4400 and the problem in one line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from typing import TYPE_CHECKING, Literal
+
+from aiohttp import WSCloseCode, WSMsgType, web
+from pydantic import ValidationError
+
+from arbiter import contract as wire
+from arbiter.api.routes import AUTH, SERVICE
+from arbiter.api.stream import HUB
+from arbiter.core.errors import NotFound
+from arbiter.feed import ChannelFeed
+
+if TYPE_CHECKING:
+    from arbiter.events import EventHub
+    from arbiter.service import ArbiterService
+
+__all__ = ("BAD_COMMAND", "MULTIPLEXED", "close_multiplexed", "multiplex_handler")
+
+_log = logging.getLogger(__name__)
+
+MULTIPLEXED: web.AppKey[set[web.WebSocketResponse]] = web.AppKey("multiplexed")
+# The close code for a command frame that is not one (4000-4999 are for applications).
+BAD_COMMAND = 4400
+_OUTBOX = 512  # frames waiting for the socket before the feeds wait for it
+_STARTING = 16  # feeds reading their history at once: a thousand subscriptions do not make a thousand reads at once
+# Events after which the persona's status may read differently (an edit or someone's notes change none of it).
+_MOVES_STATUS = (
+    wire.MessageEvent,
+    wire.LevelEvent,
+    wire.ClaimEvent,
+    wire.SettingsEvent,
+    wire.ClearedEvent,
+    wire.RetractedEvent,
+    wire.DeletedEvent,
+)
+
+
+async def multiplex_handler(request: web.Request) -> web.WebSocketResponse:
+    principal = request.app[AUTH].principal(request)
+    socket = web.WebSocketResponse(heartbeat=30)
+    await socket.prepare(request)
+    stream = _Multiplex(request.app[SERVICE], request.app[HUB], socket, principal.persona_id)
+    open_sockets = request.app[MULTIPLEXED]
+    open_sockets.add(socket)
+    try:
+        await stream.run()
+    finally:
+        open_sockets.discard(socket)
+    return socket
+
+
+async def close_multiplexed(app: web.Application) -> None:
+    """End every open multiplexed stream (on shutdown: an open one would hold it for aiohttp's grace period;
+    clients reconnect and resume each channel from its own seq)."""
+    open_sockets = app[MULTIPLEXED]
+    sockets = list(open_sockets)
+    await asyncio.gather(*(socket.close(code=WSCloseCode.GOING_AWAY) for socket in sockets), return_exceptions=True)
+
+
+class _Multiplex:
+    def __init__(
+        self, service: ArbiterService, hub: EventHub, socket: web.WebSocketResponse, persona_id: str | None
+    ) -> None:
+        self._service = service
+        self._hub = hub
+        self._socket = socket
+        self._persona = persona_id
+        self._outbox: asyncio.Queue[tuple[str, int, str]] = asyncio.Queue(_OUTBOX)
+        # Each channel's current subscription: frames of one it replaced (or of one unsubscribed) still queued are
+        # dropped on the way out, so a channel subscribed again starts clean from the new point.
+        self._current: dict[str, int] = {}
+        self._feeds: dict[str, asyncio.Task[None]] = {}
+        self._numbers = itertools.count(1)
+        self._starting = asyncio.Semaphore(_STARTING)
+
+    async def run(self) -> None:
+        sender = asyncio.create_task(self._send())
+        try:
+            async for frame in self._socket:
+                if frame.type is WSMsgType.TEXT:
+                    try:
+                        command = wire.StreamCommand.model_validate_json(frame.data)
+                    except ValidationError as error:
+                        await self._refuse(error)
+                        break
+                    self._apply(command)
+                elif frame.type is WSMsgType.ERROR:
+                    break
+                elif frame.type is WSMsgType.BINARY:
+                    await self._socket.close(code=BAD_COMMAND, message=b"commands are JSON text frames")
+                    break
+        finally:
+            feeds = [*self._feeds.values(), sender]
+            for task in feeds:
+                task.cancel()
+            await asyncio.gather(*feeds, return_exceptions=True)
+            await self._socket.close()
+
+    async def _refuse(self, error: ValidationError) -> None:
+        problem = error.errors()[0]
+        where = ".".join(str(part) for part in problem["loc"]) or "the frame"
+        message = f"bad command: {where}: {problem['msg']}"
+        # A close frame's reason is at most 123 bytes.
+        await self._socket.close(code=BAD_COMMAND, message=message.encode()[:123])
+
+    def _apply(self, command: wire.StreamCommand) -> None:
+        for channel in command.unsubscribe:
+            self._stop(channel)
+            self._current.pop(channel, None)
+        for subscription in command.subscribe:
+            self._stop(subscription.channel)
+            number = self._current[subscription.channel] = next(self._numbers)
+            self._feeds[subscription.channel] = asyncio.create_task(
+                self._follow(subscription, number), name=f"multiplexed feed of {subscription.channel}"
+            )
+
+    def _stop(self, channel: str) -> None:
+        task = self._feeds.pop(channel, None)
+        if task is not None:
+            task.cancel()
+
+    async def _put(self, channel: str, number: int, frame: str) -> None:
+        await self._outbox.put((channel, number, frame))
+
+    async def _send(self) -> None:
+        while True:
+            channel, number, frame = await self._outbox.get()
+            if self._current.get(channel) != number:
+                continue  # from a subscription since replaced or ended by the client
+            try:
+                await self._socket.send_str(frame)
+            except ConnectionResetError:
+                return  # the client went away; the reader ends with it
+
+    async def _follow(self, subscription: wire.Subscribe, number: int) -> None:
+        channel = subscription.channel
+        starting = True
+        await self._starting.acquire()
+        try:
+            feed = ChannelFeed(self._service, self._hub, channel, after=subscription.after, recent=subscription.recent)
+            try:
+                await feed.__aenter__()
+            except NotFound as error:
+                ended = wire.EndedEvent(channel_id=channel, reason="unknown_channel", detail=str(error))
+                await self._put(channel, number, ended.model_dump_json())
+                return
+            try:
+                dirty = False
+                async for event in feed.events():
+                    await self._put(channel, number, event.model_dump_json())
+                    if isinstance(event, wire.LevelEvent) and starting:
+                        starting = False  # the replay is over: the next feed may read its history
+                        self._starting.release()
+                    dirty = dirty or isinstance(event, _MOVES_STATUS)
+                    # Once per burst: the status after the last of the events queued, not one per event.
+                    if dirty and self._persona is not None and feed.caught_up:
+                        dirty = False
+                        await self._push_status(channel, number, self._persona)
+                # The feed ended on the arbiter's side (the client's own unsubscribing cancels this task instead).
+                reason: Literal["fell_behind", "closed"] = "fell_behind" if feed.fell_behind else "closed"
+                _log.info("channel=%s: a multiplexed feed ended (%s) after seq %d", channel, reason, feed.last_seq)
+                ended = wire.EndedEvent(
+                    channel_id=channel,
+                    reason=reason,
+                    after=feed.last_seq,
+                    detail=f"{reason.replace('_', ' ')}; subscribe again with after={feed.last_seq}",
+                )
+                await self._put(channel, number, ended.model_dump_json())
+            finally:
+                await feed.__aexit__()
+        finally:
+            if starting:
+                self._starting.release()
+            if self._feeds.get(channel) is asyncio.current_task():
+                del self._feeds[channel]
+
+    async def _push_status(self, channel: str, number: int, persona_id: str) -> None:
+        with contextlib.suppress(NotFound):  # the channel is gone: its feed ends too
+            status = await self._service.status(channel, persona_id)
+            await self._put(channel, number, wire.StatusEvent(channel_id=channel, status=status).model_dump_json())
