@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import re
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,10 +21,11 @@ from aiohttp import WSMsgType
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from arbiter.api.stream import FELL_BEHIND
 from arbiter.contract import Tier
 from tests.conftest import auth
 from tests.support.arbiters import serve
-from tests.support.events import checked_event, next_event, read_until
+from tests.support.events import checked_event, next_event, read_until, told_after
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -38,8 +38,6 @@ if TYPE_CHECKING:
     from tests.support.clock import FakeClock
 
     Socket = ClientWebSocketResponse[Any]
-
-_NOTICE = re.compile(r"^fell behind; reconnect with \?after=(\d+)$")
 
 
 def events_path(channel: str, after: int | None = None) -> str:
@@ -272,15 +270,9 @@ async def until_closed(ws: Socket, *, stop_at: int | None = None) -> tuple[list[
             if stop_at is not None and events[-1]["type"] == "message" and events[-1]["message"]["seq"] == stop_at:
                 return events, None
         elif frame.type is WSMsgType.CLOSE:
-            return events, frame.extra if frame.data == 4008 else None
+            return events, frame.extra if frame.data == FELL_BEHIND else None
         else:
             raise AssertionError(f"the stream ended with {frame.type} {frame.data!r}")
-
-
-def told_after(reason: str | None) -> int:
-    notice = _NOTICE.match(reason or "")
-    assert notice is not None, f"not the fell-behind notice: {reason!r}"
-    return int(notice.group(1))
 
 
 async def test_a_reader_that_falls_behind_resumes_as_told_and_loses_nothing(arbiters: list[Served]) -> None:
