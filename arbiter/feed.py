@@ -10,7 +10,8 @@ another. Should one not come (its event lost with the connection that relays ano
 late from it), the next one shows the hole, and the feed reads what is missing from the history.
 
 A feed that falls behind the live events is dropped by the hub at once, with nothing after the last event it
-got: ``last_seq``, the last message seq it handed out, is where the client resumes (``?after=``) and loses nothing.
+got: ``last_seq`` is where the client resumes (``?after=``) and loses nothing: the last message seq it handed out, or
+a later one when the messages between were gone (deleted, retracted) by the time the replay read them.
 """
 
 from __future__ import annotations

@@ -40,8 +40,9 @@ async def stream_events(request: web.Request, channel_id: str, *, after: int | N
     messages after that seq replayed, then the channel's level, then every event as it happens.
 
     An unknown channel raises NotFound before the upgrade (a 404, not a socket that closes at once). A client that
-    falls behind is closed with code 4008 and "fell behind; reconnect with ?after=<seq>", that seq the last
-    message it was sent: reconnecting so, it loses nothing.
+    falls behind is closed with code 4008 and "fell behind; reconnect with ?after=<seq>": reconnecting so, it loses
+    nothing. The seq is the last message it was sent, or a later one when every message between was deleted or
+    retracted before the replay reached it (nothing still in the history lies between).
     """
     async with ChannelFeed(request.app[SERVICE], request.app[HUB], channel_id, after=after) as feed:
         socket = web.WebSocketResponse(heartbeat=30)
