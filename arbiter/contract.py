@@ -706,7 +706,7 @@ class MemoryEvent(_Out):
     memory: MemoryView | None
 
 
-ArbiterEvent: TypeAlias = Annotated[
+_ChannelEvent: TypeAlias = (
     MessageEvent
     | LevelEvent
     | ClaimEvent
@@ -715,9 +715,9 @@ ArbiterEvent: TypeAlias = Annotated[
     | DeletedEvent
     | SettingsEvent
     | ClearedEvent
-    | MemoryEvent,
-    Field(discriminator="type"),
-]
+    | MemoryEvent
+)
+ArbiterEvent: TypeAlias = Annotated[_ChannelEvent, Field(discriminator="type")]
 """Any frame of the event stream. A ``match`` over it that ends in ``assert_never`` handles every kind."""
 
 EVENT_MODELS: tuple[type[_Out], ...] = get_args(get_args(ArbiterEvent)[0])
@@ -786,20 +786,7 @@ class EndedEvent(_Out):
     detail: str
 
 
-StreamFrame: TypeAlias = Annotated[
-    MessageEvent
-    | LevelEvent
-    | ClaimEvent
-    | RetractedEvent
-    | EditedEvent
-    | DeletedEvent
-    | SettingsEvent
-    | ClearedEvent
-    | MemoryEvent
-    | StatusEvent
-    | EndedEvent,
-    Field(discriminator="type"),
-]
+StreamFrame: TypeAlias = Annotated[_ChannelEvent | StatusEvent | EndedEvent, Field(discriminator="type")]
 """Any frame the multiplexed stream sends: a channel's event, or one of the stream's own."""
 
 _STREAM_FRAME: TypeAdapter[StreamFrame] = TypeAdapter(StreamFrame)
