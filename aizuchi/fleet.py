@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from aizuchi.errors import SetupError
 from bots.arbiter_client import ArbiterClient
+from bots.frames import FrameCache
 from bots.llm.base import LLMAuthError
 from bots.llm.profiles import ProviderProfile, create_provider, load_profiles, required_key
 from bots.mcp_host import open_tools
@@ -124,6 +125,7 @@ async def open_fleet(
     Call each runtime's ``start()`` once the arbiter can be reached (and, on Discord, once the persona's
     account is known), then ``join`` channels."""
     fleet = Fleet()
+    frames = FrameCache()  # one parse of each stream frame for all the personas (they follow the same channels)
     # The MCP sessions close after the runtimes stop (the stack unwinds after the finally below).
     async with contextlib.AsyncExitStack() as sessions:
         try:
@@ -138,7 +140,7 @@ async def open_fleet(
                 runtime = kind(
                     persona,
                     provider,
-                    ArbiterClient(session, arbiter_url, tokens[persona.id]),
+                    ArbiterClient(session, arbiter_url, tokens[persona.id], frames=frames),
                     platform(persona),
                     rng=random.Random(),
                     tools=tools,

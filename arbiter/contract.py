@@ -455,6 +455,9 @@ class Verdict(_Out):
 
 class ClaimResult(Verdict):
     claim: ClaimView | None = None
+    status: StatusView | None = Field(
+        None, description="on a refusal, the persona's status after it: what to plan its next look from"
+    )
 
 
 class SpeakResult(Verdict):

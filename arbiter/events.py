@@ -51,30 +51,33 @@ class Subscription:
         self.channel_id = channel_id
         self._hub = hub
         self._maxsize = maxsize
-        self._queue: deque[Event] = deque()
-        self._ready = asyncio.Event()
+        # Both made only when needed: a stream follows a thousand channels, most of them quiet most of the time.
+        self._queue: deque[Event] | None = None
+        self._waiter: asyncio.Future[None] | None = None  # the reader's, while it waits for an event
         self._ended = False
         self.overflowed = False
 
     def _offer(self, event: Event) -> bool:
         if self._ended:
             return False
+        if self._queue is None:
+            self._queue = deque()
         if len(self._queue) >= self._maxsize:
             # A slow reader must not hold everyone back or grow memory: it is dropped, and resumes from the history
             # with ?after=<the last seq it got>. What is still queued is dropped with it, not just the oldest
             # event: the end of what a reader got is something it knows, a hole in the middle would not be.
             self.overflowed = True
-            self._queue.clear()
+            self._queue = None
             self._end()
             return False
         self._queue.append(event)
-        self._ready.set()
+        self._wake_reader()
         return True
 
     @property
     def pending(self) -> int:
         """How many events wait to be read."""
-        return len(self._queue)
+        return 0 if self._queue is None else len(self._queue)
 
     def close(self) -> None:
         self._hub._remove(self)
@@ -82,17 +85,27 @@ class Subscription:
 
     def _end(self) -> None:
         self._ended = True
-        self._ready.set()
+        self._wake_reader()
+
+    def _wake_reader(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
     async def __aiter__(self) -> AsyncIterator[Event]:
         while True:
             if self._queue:
-                yield self._queue.popleft()
+                event = self._queue.popleft()
+                if not self._queue:
+                    self._queue = None
+                yield event
                 continue
             if self._ended:
                 return
-            self._ready.clear()
-            await self._ready.wait()
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
 
     def __enter__(self) -> Subscription:
         return self

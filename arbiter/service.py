@@ -85,7 +85,14 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
             now = tx.now()
             transition = rules.claim(state, persona_id, tier, now, claim_id=self._new_id(), based_on_seq=based_on_seq)
             self._commit(tx, state, transition)
-            return claim_result(transition.state, now, transition.outcome)
+            result = claim_result(transition.state, now, transition.outcome)
+            if result.granted:
+                return result
+            # The persona planned from a status a claim has since moved: the fresh one saves it asking (or planning
+            # the same refusal again) on its next look.
+            name = self.registry.name(persona_id)
+            status = status_view(transition.state, now, persona_id=persona_id, display_name=name)
+            return result.model_copy(update={"status": status})
 
         return await self._change(channel_id, step)
 

@@ -37,6 +37,7 @@ import aiohttp
 
 from bench.arbiter_load import ADMIN, Usage, _arbiter_process, _drop_postgres, _Reading, _scratch_postgres
 from bots.arbiter_client import ArbiterClient
+from bots.frames import FrameCache
 from bots.llm.scripted import ScriptedProvider
 from bots.persona import load_personas
 from bots.platforms.memory import MemoryRoom
@@ -150,6 +151,9 @@ class Result:
     p99_ms: float
     undecided: int
     status_reads_per_message: float
+    claims_per_message: float
+    refused_per_message: float
+    posts_per_message: float
     steal: float | None
 
     def table(self) -> str:
@@ -168,6 +172,8 @@ class Result:
             ("message -> first decision p99", f"{self.p99_ms:.1f} ms"),
             ("messages with no decision", f"{self.undecided}"),
             ("status requests per message", f"{self.status_reads_per_message:.3f}"),
+            ("claims (refused) per message", f"{self.claims_per_message:.2f} ({self.refused_per_message:.2f})"),
+            ("persona posts per message", f"{self.posts_per_message:.2f}"),
             ("steal", "n/a" if self.steal is None else f"{self.steal:.0%}"),
         ]
         width = max(len(name) for name, _ in rows)
@@ -196,11 +202,12 @@ async def _measure(args: argparse.Namespace, database: str, url: str) -> Result:
             decisions = Decisions()
             room = MemoryRoom()
             runtimes: list[PersonaRuntime] = []
+            frames = FrameCache()
             for index, persona in enumerate(personas):
                 runtime = PersonaRuntime(
                     persona,
                     ScriptedProvider.for_persona(persona, seed=index, latency_s=args.latency),
-                    ArbiterClient(session, base, tokens[persona.id]),
+                    ArbiterClient(session, base, tokens[persona.id], frames=frames),
                     room.platform(persona.id),
                     config=RuntimeConfig(base_delay_s=args.delay),
                     rng=random.Random(index),
@@ -218,12 +225,14 @@ async def _measure(args: argparse.Namespace, database: str, url: str) -> Result:
             await asyncio.sleep(args.warmup)
             first = len(said)
             reads_before = sum(r.stats.statuses_read for r in runtimes)
+            counts_before = _counts(runtimes)
             machine_before, cpu_before, started = _Reading.take(pid), time.process_time(), time.monotonic()
             await asyncio.sleep(args.seconds)
             elapsed = time.monotonic() - started
             machine_after, cpu_after = _Reading.take(pid), time.process_time()
             measured = said[first:]
             reads = sum(r.stats.statuses_read for r in runtimes) - reads_before
+            claims, refused, posts = (now - then for now, then in zip(_counts(runtimes), counts_before, strict=True))
             arbiter_after, persona_after = _rss_kib(pid), _rss_kib(os.getpid())
             sockets = _tcp_sockets(pid)
             streams = sum(r.follower.connections for r in runtimes)
@@ -256,7 +265,20 @@ async def _measure(args: argparse.Namespace, database: str, url: str) -> Result:
         p99_ms=latencies[max(0, int(len(latencies) * 0.99) - 1)] if latencies else float("nan"),
         undecided=undecided,
         status_reads_per_message=reads / count,
+        claims_per_message=claims / count,
+        refused_per_message=refused / count,
+        posts_per_message=posts / count,
         steal=usage.steal,
+    )
+
+
+def _counts(runtimes: list[PersonaRuntime]) -> tuple[int, int, int]:
+    """Claims, refused claims and posts of all the personas so far."""
+    stats = [runtime.stats for runtime in runtimes]
+    return (
+        sum(s.claims for s in stats),
+        sum(s.refused_claims for s in stats),
+        sum(s.posted.total() for s in stats),
     )
 
 

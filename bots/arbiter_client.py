@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from arbiter import contract as wire
 from bots.errors import ArbiterRejected, ArbiterUnavailable
+from bots.frames import FrameCache
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
@@ -29,8 +30,18 @@ M = TypeVar("M", bound=BaseModel)
 class ArbiterClient:
     """The arbiter as one persona sees it."""
 
-    def __init__(self, session: aiohttp.ClientSession, base_url: str, token: str, *, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        base_url: str,
+        token: str,
+        *,
+        timeout_s: float = 10.0,
+        frames: FrameCache | None = None,
+    ) -> None:
+        """``frames``: the process's cache of parsed stream frames, shared by its personas' clients."""
         self._session = session
+        self._frames = frames or FrameCache()
         self._base = base_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {token}"}
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
@@ -167,7 +178,7 @@ class ArbiterClient:
             raise ArbiterUnavailable(f"multiplexed stream: {type(error).__name__}: {error}") from error
         async with socket:
             try:
-                yield MultiplexedStream(socket)
+                yield MultiplexedStream(socket, self._frames)
             except (aiohttp.ClientError, ConnectionResetError) as error:
                 raise ArbiterUnavailable(f"multiplexed stream: {type(error).__name__}: {error}") from error
 
@@ -175,8 +186,9 @@ class ArbiterClient:
 class MultiplexedStream:
     """An open multiplexed event stream (``ArbiterClient.stream``): ``subscribe`` channels, iterate the frames."""
 
-    def __init__(self, socket: aiohttp.ClientWebSocketResponse) -> None:
+    def __init__(self, socket: aiohttp.ClientWebSocketResponse, frames: FrameCache) -> None:
         self._socket = socket
+        self._frames = frames
 
     async def subscribe(self, subscriptions: Sequence[wire.Subscribe]) -> None:
         await self._command(wire.StreamCommand(subscribe=list(subscriptions)))
@@ -196,7 +208,7 @@ class MultiplexedStream:
         while True:
             frame = await self._socket.receive()
             if frame.type is aiohttp.WSMsgType.TEXT:
-                event = _frame(frame.data)
+                event = self._frame(frame.data)
                 if event is not None:
                     yield event
             elif frame.type is aiohttp.WSMsgType.CLOSE:
@@ -206,16 +218,15 @@ class MultiplexedStream:
             elif frame.type in (aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
                 return
 
-
-def _frame(raw: str) -> wire.StreamFrame | None:
-    try:
-        return wire.parse_stream_frame(raw)
-    except ValidationError as error:
-        if any(detail["type"] == "union_tag_invalid" for detail in error.errors()):
-            _log.debug("multiplexed stream: skipping a frame of an unknown kind")
-        else:
-            _log.warning("multiplexed stream: skipping a malformed frame: %s", error)
-        return None
+    def _frame(self, raw: str) -> wire.StreamFrame | None:
+        try:
+            return self._frames.parse(raw)
+        except ValidationError as error:
+            if any(detail["type"] == "union_tag_invalid" for detail in error.errors()):
+                _log.debug("multiplexed stream: skipping a frame of an unknown kind")
+            else:
+                _log.warning("multiplexed stream: skipping a malformed frame: %s", error)
+            return None
 
 
 def _event(channel_id: str, raw: str) -> wire.ArbiterEvent | None:

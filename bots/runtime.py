@@ -149,6 +149,16 @@ def _drop(messages: deque[wire.MessageView], gone: Callable[[wire.MessageView], 
         messages.extend(kept)
 
 
+@dataclass(frozen=True, slots=True)
+class _Pushed:
+    """A status the stream pushed: its JSON, the last message it had seen, and until when (on the worker's clock) its
+    verdicts hold (they change with no event when a wait ends: a refund due, a floor's time up)."""
+
+    text: str
+    last_seq: int
+    until: float
+
+
 class PersonaRuntime:
     """One persona across the channels it joins."""
 
@@ -247,9 +257,12 @@ class ChannelWorker:
         self.window: deque[wire.MessageView] = deque(maxlen=runtime.config.window)
         self.last_seq = 0
         self.answered = 0  # the newest seq by someone else this persona has dealt with
-        self._wake = asyncio.Event()
-        self._ready = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+        # A worker in a quiet channel holds no task: one runs while there is something to look at (``wake``), and
+        # ends when there is not. A persona in a thousand channels is mostly quiet in most of them.
+        self._woken = False
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        self._arrival: asyncio.Event | None = asyncio.Event()  # set (and let go) once the recent history is in
         self._retry: asyncio.TimerHandle | None = None
         self._turning = False
         self._held: str | None = None  # claim id while one is held
@@ -265,17 +278,19 @@ class ChannelWorker:
         self._own: deque[wire.MessageView] = deque(maxlen=OWN_LINES)  # what it said here lately, oldest first
         # While the model writes: what would make its answer unpostable, and the event that then stops the call.
         self._overtakes: Callable[[wire.MessageView], bool] | None = None
-        self._overtaken = asyncio.Event()
+        self._overtaken: asyncio.Event | None = None  # made for the call it may stop
         # Its notes on this channel (its dialogue state) as the arbiter keeps them, and the update of the turn under
         # way, given to the arbiter with its speech or its release.
         self.memory: wire.MemoryUpdate | None = None
         self._memory_read = False  # read from the arbiter once, before the first generation (or heard of before)
         self._new_memory: wire.MemoryUpdate | None = None
         self._arrived = False  # the recent history is in (the stream's replay ended with the level)
-        # The persona's status here as the stream last pushed it, and until when (on this clock) its verdicts hold.
-        self._status: wire.StatusView | None = None
-        self._status_until = 0.0
-        self._status_pushed = asyncio.Event()
+        # The persona's status here as the stream last pushed it (kept as its JSON, a tenth of its size parsed, until
+        # a look reads it), and a look waiting for the next one.
+        self._status: _Pushed | None = None
+        self._status_pushed: asyncio.Event | None = None
+        # The last message the last pushed status had seen (-1 before any push): a newer one means its push is coming.
+        self._pushed_seq = -1
         # A claim of its own whose settling the stream has not shown yet: statuses pushed before that are stale.
         self._settling: str | None = None
 
@@ -289,31 +304,35 @@ class ChannelWorker:
         return [message.text for message in self._own]
 
     def start(self) -> None:
-        name = f"{self.persona.id}@{self.channel_id}"
-        self._tasks = [asyncio.create_task(self._loop(), name=f"turns {name}")]
         self.runtime.follower.follow(self.channel_id, self)
 
     async def ready(self) -> None:
         """Wait until the worker has read the channel's recent history and follows its events."""
-        await self._ready.wait()
+        if self._arrival is not None:
+            await self._arrival.wait()
 
     @property
     def idle(self) -> bool:
         """Nothing under way and nothing scheduled: no turn running, no wake-up and no retry pending."""
-        return not self._turning and not self._wake.is_set() and self._retry is None
+        return not self._turning and not self._woken and self._retry is None
 
     async def close(self) -> None:
+        self._closed = True
         self.runtime.follower.leave(self.channel_id)
         if self._retry is not None:
             self._retry.cancel()
-        for task in self._tasks:
+        task = self._task
+        if task is not None:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+            await asyncio.gather(task, return_exceptions=True)
         if self._held is not None:
             await self._release(self._held)
 
     def wake(self) -> None:
-        self._wake.set()
+        """Something to look at: a look after the persona's pause (the one under way, if any, looks again after)."""
+        self._woken = True
+        if self._task is None and self._arrival is None and not self._closed:
+            self._task = asyncio.create_task(self._loop(), name=f"turns {self.persona.id}@{self.channel_id}")
 
     # --- following the channel -------------------------------------------------------------------------
 
@@ -343,8 +362,10 @@ class ChannelWorker:
                     # The replay is over. Start fresh: what was said before the persona arrived is context, not a cue.
                     self._arrived = True
                     self.answered = self.last_seq
-                    self._wake.clear()
-                    self._ready.set()
+                    self._woken = False
+                    if self._arrival is not None:
+                        self._arrival.set()
+                        self._arrival = None
 
     def _on_status(self, status: wire.StatusView) -> None:
         if self._settling is not None or status.claim is not None:
@@ -354,31 +375,42 @@ class ChannelWorker:
         expiries = [tier.retry_after for tier in status.tiers.values() if tier.retry_after is not None]
         if status.priority_until is not None:
             expiries.append(status.priority_until - status.now)
-        self._status = status
-        self._status_until = now + max(0.0, min([_STATUS_MAX_AGE_S, *expiries]))
-        self._status_pushed.set()
+        until = now + max(0.0, min([_STATUS_MAX_AGE_S, *expiries]))
+        self._pushed_seq = max(self._pushed_seq, status.last_seq)
+        self._status = _Pushed(status.model_dump_json(), status.last_seq, until)
+        if self._status_pushed is not None:
+            self._status_pushed.set()
+        if (self._intent is not None or self._floor_wait) and self._retry is not None:
+            # Waiting for the pool, or for another's floor: a claim given back (a pass) refills the pool, and may
+            # give the floor up, long before the retry planned, with no message to say so; the stream pushes the
+            # status after it.
+            self.wake()
 
     def _pushed_status(self) -> wire.StatusView | None:
         """The pushed status, if it still holds: it has seen every message this worker has, and no verdict's wait
         has ended since. (A stale one would cost at most a refused claim; an expired one could keep it silent.)"""
-        status = self._status
-        if status is None or status.last_seq < self.last_seq or self.runtime.clock() >= self._status_until:
+        pushed = self._status
+        if pushed is None or pushed.last_seq < self.last_seq or self.runtime.clock() >= pushed.until:
             return None
-        return status
+        return wire.StatusView.model_validate_json(pushed.text)
 
     async def _current_status(self) -> wire.StatusView:
         """The status to plan from: the one the stream pushed after the newest message (waiting a moment for it
         when it is on its way), else read from the arbiter."""
         status = self._pushed_status()
-        if status is None and self._status is not None and self._settling is None:
+        # The stream pushes a status after every new message: one newer than the last pushed means it is on its way.
+        if status is None and 0 <= self._pushed_seq < self.last_seq and self._settling is None:
             deadline = self.runtime.clock() + _STATUS_WAIT_S
-            while status is None and (left := deadline - self.runtime.clock()) > 0:
-                self._status_pushed.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._status_pushed.wait(), left)
+            self._status_pushed = pushed = asyncio.Event()
+            try:
+                # Until the push for the newest message comes (usable, or not: its verdicts' wait already over).
+                while self._pushed_seq < self.last_seq and (left := deadline - self.runtime.clock()) > 0:
+                    pushed.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(pushed.wait(), left)
                 status = self._pushed_status()
-                if self._status is None or self.runtime.clock() >= self._status_until:
-                    break
+            finally:
+                self._status_pushed = None
         if status is not None:
             self.runtime.stats.statuses_pushed += 1
             return status
@@ -405,10 +437,7 @@ class ChannelWorker:
                 self.last_seq = max(self.last_seq, last_seq)
                 self.answered = max(self.answered, last_seq)
             case wire.LevelEvent():
-                if (self._intent is not None or self._floor_wait) and self._retry is not None:
-                    # Waiting for the pool, or for another's floor: a claim given back (a pass) refills the pool,
-                    # and may give the floor up, long before the retry planned; no message comes to say so.
-                    self.wake()
+                pass  # the status pushed after the burst says what it means for this persona
             case wire.MemoryEvent(persona=persona, memory=memory) if persona == self.persona.id:
                 # Its own notes: stored by this worker, by another of the same persona, or reset by a moderator (or
                 # with the history). A newer state wins; an older one arriving late does not take it back.
@@ -446,7 +475,8 @@ class ChannelWorker:
                 message.seq,
                 message.author_id,
             )
-            self._overtaken.set()
+            if self._overtaken is not None:
+                self._overtaken.set()
         self.wake()
 
     # --- taking turns ----------------------------------------------------------------------------------
@@ -469,11 +499,15 @@ class ChannelWorker:
         return self.runtime.config.base_delay_s * (1.5 - eagerness) * self.runtime.rng.uniform(0.6, 1.4)
 
     async def _loop(self) -> None:
-        await self._ready.wait()
-        while True:
-            await self._wake.wait()
+        try:
+            await self._looks()
+        finally:
+            self._task = None
+
+    async def _looks(self) -> None:
+        while self._woken:
             await self.runtime.sleep(self._delay())
-            self._wake.clear()  # whatever arrived during the pause is in the window now
+            self._woken = False  # whatever arrived during the pause is in the window now
             if not self._pending():
                 continue
             backoff = self.runtime.backing_off()
@@ -594,6 +628,11 @@ class ChannelWorker:
         if result.granted and result.claim is not None:
             return result.claim
         runtime.stats.refused_claims += 1
+        # What it planned from was out of date (a claim moved the pool since the status was pushed): the next look
+        # plans from the status the refusal came with, or asks afresh, rather than plan the same refusal again.
+        self._status = None
+        if result.status is not None:
+            self._on_status(result.status)
         _log.debug("persona=%s claim of %s refused: %s", self.persona.id, tier, result.reason)
         if result.reason is wire.RefusalReason.NODDED and tier is not Tier.AIZUCHI:
             self._intent = (thread, tier)  # someone nods first; then it says what it meant to (the nod wakes it)
@@ -704,14 +743,14 @@ class ChannelWorker:
     ) -> DecisionResult | None:
         """The model's decision; or None, the call stopped, when a message arrives that ``overtakes`` it: the
         arbiter would refuse the answer, so generating the rest of it would be spent for nothing."""
-        self._overtaken.clear()
+        self._overtaken = overtaken = asyncio.Event()
         self._overtakes = overtakes
         call = asyncio.ensure_future(self._decide(request, tools))
-        stop = asyncio.ensure_future(self._overtaken.wait())
+        stop = asyncio.ensure_future(overtaken.wait())
         try:
             await asyncio.wait((call, stop), return_when=asyncio.FIRST_COMPLETED)
         finally:
-            self._overtakes = None
+            self._overtakes, self._overtaken = None, None
             stop.cancel()
             if not call.done():
                 call.cancel()

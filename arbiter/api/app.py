@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from arbiter.api.errors import error_middleware, quiet_bad_requests
-from arbiter.api.multiplex import MULTIPLEXED, close_multiplexed, multiplex_handler
+from arbiter.api.multiplex import FRAMES, MULTIPLEXED, FrameTexts, close_multiplexed, multiplex_handler
 from arbiter.api.openapi import openapi_document
 from arbiter.api.routes import AUTH, MAX_BODY, SERVICE, add_routes
 from arbiter.api.stream import HUB, events_handler
@@ -56,6 +56,7 @@ def build_app(service: ArbiterService, hub: EventHub, auth: TokenAuth) -> web.Ap
     app[HUB] = hub
     app[AUTH] = auth
     app[MULTIPLEXED] = set()
+    app[FRAMES] = FrameTexts()
     app[_OPENAPI] = json.dumps(openapi_document(package_version()))
     app.on_shutdown.append(_end_streams)
     add_routes(app)

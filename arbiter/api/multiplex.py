@@ -5,7 +5,8 @@ A persona in a thousand channels holds one socket, not a thousand. The client se
 the stream runs that channel's ``arbiter.feed.ChannelFeed`` (the same replay and exactly-once join as the
 per-channel stream) and sends its events, each naming its channel. With a persona's token it also pushes that
 persona's status of a channel (``StatusEvent``: the level and each tier's verdict, as GET status answers it) after
-each burst of changes, so the persona plans with no status request.
+each burst of new messages (or changes of settings or history), so the persona plans its look with no status
+request.
 
 Per channel, a feed that falls behind ends alone, with an ``EndedEvent`` naming the seq to subscribe again after:
 the other channels go on. Frames go out through one bounded queue, so a slow client holds its feeds back (and
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from arbiter.events import EventHub
     from arbiter.service import ArbiterService
 
-__all__ = ("BAD_COMMAND", "MULTIPLEXED", "close_multiplexed", "multiplex_handler")
+__all__ = ("BAD_COMMAND", "FRAMES", "MULTIPLEXED", "FrameTexts", "close_multiplexed", "multiplex_handler")
 
 _log = logging.getLogger(__name__)
 
@@ -43,23 +44,55 @@ MULTIPLEXED: web.AppKey[set[web.WebSocketResponse]] = web.AppKey("multiplexed")
 BAD_COMMAND = 4400
 _OUTBOX = 512  # frames waiting for the socket before the feeds wait for it
 _STARTING = 16  # feeds reading their history at once: a thousand subscriptions do not make a thousand reads at once
-# Events after which the persona's status may read differently (an edit or someone's notes change none of it).
-_MOVES_STATUS = (
+# The events after which a persona looks at its turn (a new message, a change of settings or of the history): its
+# status is pushed after a burst of these, for the look to plan from. Claims and levels move the status too, but a
+# push after each would cost a status per persona per claim in the channel, and a look planned from a status a
+# claim has since moved costs at most a refused claim (which comes with the fresh status). A claim given back is a
+# cue all the same: a pass refills the pool and may give up the floor, which others wait on with no message to come.
+_CUES = (
     wire.MessageEvent,
-    wire.LevelEvent,
-    wire.ClaimEvent,
     wire.SettingsEvent,
     wire.ClearedEvent,
     wire.RetractedEvent,
     wire.DeletedEvent,
 )
+_FRAMES_KEPT = 256  # frames remembered by event (every stream of a channel sends the same ones within moments)
+
+
+def _is_cue(event: wire.ArbiterEvent) -> bool:
+    if isinstance(event, wire.ClaimEvent):
+        return event.claim.state is wire.SpendState.RELEASED
+    return isinstance(event, _CUES)
+
+
+class FrameTexts:
+    """Each live event's frame as JSON, made once for every stream that sends it: the hub hands the same event to
+    all of a channel's feeds, and a persona process of six personas follows every channel six times."""
+
+    def __init__(self, kept: int = _FRAMES_KEPT) -> None:
+        self._kept = kept
+        # By the event's id; the event is held with its text, so its id cannot be reused while it is here.
+        self._texts: dict[int, tuple[wire.ArbiterEvent, str]] = {}
+
+    def text(self, event: wire.ArbiterEvent) -> str:
+        found = self._texts.get(id(event))
+        if found is not None and found[0] is event:
+            return found[1]
+        text = event.model_dump_json()
+        if len(self._texts) >= self._kept:
+            del self._texts[next(iter(self._texts))]
+        self._texts[id(event)] = (event, text)
+        return text
+
+
+FRAMES: web.AppKey[FrameTexts] = web.AppKey("frames", FrameTexts)
 
 
 async def multiplex_handler(request: web.Request) -> web.WebSocketResponse:
     principal = request.app[AUTH].principal(request)
     socket = web.WebSocketResponse(heartbeat=30)
     await socket.prepare(request)
-    stream = _Multiplex(request.app[SERVICE], request.app[HUB], socket, principal.persona_id)
+    stream = _Multiplex(request.app[SERVICE], request.app[HUB], request.app[FRAMES], socket, principal.persona_id)
     open_sockets = request.app[MULTIPLEXED]
     open_sockets.add(socket)
     try:
@@ -79,10 +112,16 @@ async def close_multiplexed(app: web.Application) -> None:
 
 class _Multiplex:
     def __init__(
-        self, service: ArbiterService, hub: EventHub, socket: web.WebSocketResponse, persona_id: str | None
+        self,
+        service: ArbiterService,
+        hub: EventHub,
+        frames: FrameTexts,
+        socket: web.WebSocketResponse,
+        persona_id: str | None,
     ) -> None:
         self._service = service
         self._hub = hub
+        self._frames = frames
         self._socket = socket
         self._persona = persona_id
         self._outbox: asyncio.Queue[tuple[str, int, str]] = asyncio.Queue(_OUTBOX)
@@ -165,13 +204,13 @@ class _Multiplex:
                 await self._put(channel, number, ended.model_dump_json())
                 return
             try:
-                dirty = False
+                dirty = True  # the first status goes out once the replay is over, with the level
                 async for event in feed.events():
-                    await self._put(channel, number, event.model_dump_json())
+                    await self._put(channel, number, self._frames.text(event))
                     if isinstance(event, wire.LevelEvent) and starting:
                         starting = False  # the replay is over: the next feed may read its history
                         self._starting.release()
-                    dirty = dirty or isinstance(event, _MOVES_STATUS)
+                    dirty = dirty or _is_cue(event)
                     # Once per burst: the status after the last of the events queued, not one per event.
                     if dirty and self._persona is not None and feed.caught_up:
                         dirty = False

@@ -257,11 +257,14 @@ async def test_recent_replays_the_channels_last_messages_then_the_level_then_the
         pushed = frames[-1]["status"]
         assert pushed == (await service.status("lobby", "hana")).model_dump(mode="json")
 
-        # A claim by another persona moves the level and hana's verdicts: the status after it says so.
+        # A claim by another persona moves the level and hana's verdicts, but is no cue to look: no status follows
+        # it. The next message is one, and the status pushed after it has the claim in it.
         claimed = await service.claim("lobby", "kai", Tier.LONG)
         assert claimed.granted
+        await service.record_message("lobby", author_id="u1", author_name="Yui", text="and you, Kai?")
         frames = await frames_until(ws, lambda f: f["type"] == "status")
-        assert {f["type"] for f in frames} >= {"claim", "level"}
+        kinds = [f["type"] for f in frames]
+        assert kinds.index("claim") < kinds.index("message") and kinds.count("status") == 1
         status = frames[-1]["status"]
         assert status["level"] == pushed["level"] - claimed.claim.cost  # type: ignore[union-attr]
         assert status["claims_held"] == {"long": 1}
