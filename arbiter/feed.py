@@ -101,10 +101,13 @@ class ChannelFeed:
         # Up to the channel's last seq when the feed started, the history read had every message: those the replay
         # did not bring are no longer part of the conversation (retracted, deleted). Live messages follow on.
         self.last_seq = max(self.last_seq, self._start_seq)
-        # The level after the replay: a client knows the replay is over when it comes.
+        # The level after the replay: a client knows the replay is over when it comes. (Not kept: a feed lives as long
+        # as its client follows the channel, and a persona process follows a thousand.)
         self._live = True
-        yield self._level
-        self._hub.announce(self._level)
+        level, self._level = self._level, None
+        yield level
+        self._hub.announce(level)
+        del level
         async for event in self._subscription:
             if isinstance(event, PersonaEvent):
                 continue  # never here: the hub routes by channel id, and a persona event's ("") is no channel's

@@ -126,6 +126,7 @@ class StreamFollower:
             subscriptions = [self._listeners[c].subscription() for c in starting if c in self._listeners]
             for first in range(0, len(subscriptions), _BATCH):
                 await stream.subscribe(subscriptions[first : first + _BATCH])
+            del subscriptions, starting, leaving  # not kept while waiting for the next change
 
     def _dispatch(self, frame: wire.StreamFrame) -> None:
         listener = self._listeners.get(frame.channel_id)

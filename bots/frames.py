@@ -24,6 +24,8 @@ class FrameCache:
         frame = self._parsed.get(raw)
         if frame is None:
             frame = wire.parse_stream_frame(raw)
+            if isinstance(frame, wire.StatusEvent):
+                return frame  # a persona's own: no other stream sends it
             if len(self._parsed) >= self._kept:
                 del self._parsed[next(iter(self._parsed))]
             self._parsed[raw] = frame

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, assert_never
 
@@ -52,6 +52,9 @@ OWN_LINES = 30
 _ARRIVAL_READ = 100
 # How long a look waits for the status the stream pushes after the newest message before it asks for one.
 _STATUS_WAIT_S = 0.25
+# Refusals after which a persona plans again at once, from the status the refusal brings: another's claim took what
+# it planned on (the pool, the floor), and something else may be open.
+_REPLANNED = (wire.RefusalReason.INSUFFICIENT, wire.RefusalReason.PRIORITY)
 # A pushed status is trusted at most this long with no newer one (its verdicts' own expiry aside): a last resort
 # against a change that published nothing.
 _STATUS_MAX_AGE_S = 60.0
@@ -134,7 +137,13 @@ def _addressing(persona_id: str, window: list[wire.MessageView]) -> int | None:
     return next((m.seq for m in reversed(window) if persona_id in m.addressed), None)
 
 
-def _replace(messages: deque[wire.MessageView], message: wire.MessageView) -> None:
+def _keep_last(messages: list[wire.MessageView], message: wire.MessageView, most: int) -> None:
+    messages.append(message)
+    if len(messages) > most:
+        del messages[: len(messages) - most]
+
+
+def _replace(messages: list[wire.MessageView], message: wire.MessageView) -> None:
     """Put ``message`` in the place of the one with its seq, if ``messages`` holds it."""
     for index, held in enumerate(messages):
         if held.seq == message.seq:
@@ -142,11 +151,8 @@ def _replace(messages: deque[wire.MessageView], message: wire.MessageView) -> No
             return
 
 
-def _drop(messages: deque[wire.MessageView], gone: Callable[[wire.MessageView], bool]) -> None:
-    kept = [message for message in messages if not gone(message)]
-    if len(kept) != len(messages):
-        messages.clear()
-        messages.extend(kept)
+def _drop(messages: list[wire.MessageView], gone: Callable[[wire.MessageView], bool]) -> None:
+    messages[:] = [message for message in messages if not gone(message)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,7 +260,8 @@ class ChannelWorker:
     def __init__(self, runtime: PersonaRuntime, channel_id: str) -> None:
         self.runtime = runtime
         self.channel_id = channel_id
-        self.window: deque[wire.MessageView] = deque(maxlen=runtime.config.window)
+        # Lists, trimmed as they grow (``_keep_last``): an empty deque takes a block of 64 slots, twelve per channel.
+        self.window: list[wire.MessageView] = []
         self.last_seq = 0
         self.answered = 0  # the newest seq by someone else this persona has dealt with
         # A worker in a quiet channel holds no task: one runs while there is something to look at (``wake``), and
@@ -275,7 +282,7 @@ class ChannelWorker:
         # The addressing message's seq after a first try that said nothing (a pass, a failure): one more look,
         # with no pass offered, before the floor is given up.
         self._must_answer: int | None = None
-        self._own: deque[wire.MessageView] = deque(maxlen=OWN_LINES)  # what it said here lately, oldest first
+        self._own: list[wire.MessageView] = []  # what it said here lately, oldest first
         # While the model writes: what would make its answer unpostable, and the event that then stops the call.
         self._overtakes: Callable[[wire.MessageView], bool] | None = None
         self._overtaken: asyncio.Event | None = None  # made for the call it may stop
@@ -293,6 +300,7 @@ class ChannelWorker:
         self._pushed_seq = -1
         # A claim of its own whose settling the stream has not shown yet: statuses pushed before that are stale.
         self._settling: str | None = None
+        self._replanned = -1  # the seq a refused claim was planned again for, at once (once per message)
 
     @property
     def persona(self) -> Persona:
@@ -463,10 +471,10 @@ class ChannelWorker:
     def _on_message(self, message: wire.MessageView) -> None:
         if message.seq <= self.last_seq:
             return
-        self.window.append(message)
+        _keep_last(self.window, message, self.runtime.config.window)
         self.last_seq = message.seq
         if message.author_id == self.persona.id:
-            self._own.append(message)
+            _keep_last(self._own, message, OWN_LINES)
             return
         if self._overtakes is not None and self._overtakes(message):
             _log.info(
@@ -638,6 +646,11 @@ class ChannelWorker:
             self._intent = (thread, tier)  # someone nods first; then it says what it meant to (the nod wakes it)
         if result.reason is wire.RefusalReason.STALE:
             self.wake()  # look again with fresh context
+        elif result.status is not None and result.reason in _REPLANNED and self._replanned != based_on:
+            # Planned from a status another's claim has since moved (the pool drained, the floor taken): plan once
+            # more at once from the fresh one, which may say a cheaper tier, or how long to wait.
+            self._replanned = based_on
+            self.wake()
         elif result.retry_after is not None:
             self._retry_in(result.retry_after)
         # Otherwise (the idle cap, a pause, a mute) only a new message can change things: wait for one.

@@ -143,6 +143,7 @@ class _Multiplex:
                         await self._refuse(error)
                         break
                     self._apply(command)
+                    del command, frame  # not kept while the socket waits for the next one
                 elif frame.type is WSMsgType.ERROR:
                     break
                 elif frame.type is WSMsgType.BINARY:
@@ -167,11 +168,12 @@ class _Multiplex:
             self._stop(channel)
             self._current.pop(channel, None)
         for subscription in command.subscribe:
-            self._stop(subscription.channel)
-            number = self._current[subscription.channel] = next(self._numbers)
-            self._feeds[subscription.channel] = asyncio.create_task(
-                self._follow(subscription, number), name=f"multiplexed feed of {subscription.channel}"
-            )
+            channel = subscription.channel
+            self._stop(channel)
+            number = self._current[channel] = next(self._numbers)
+            # The feed gets the subscription's values, not the model: a thousand feeds would keep the commands.
+            follow = self._follow(channel, subscription.after, subscription.recent, number)
+            self._feeds[channel] = asyncio.create_task(follow, name=f"multiplexed feed of {channel}")
 
     def _stop(self, channel: str) -> None:
         task = self._feeds.pop(channel, None)
@@ -191,12 +193,11 @@ class _Multiplex:
             except ConnectionResetError:
                 return  # the client went away; the reader ends with it
 
-    async def _follow(self, subscription: wire.Subscribe, number: int) -> None:
-        channel = subscription.channel
+    async def _follow(self, channel: str, after: int | None, recent: int | None, number: int) -> None:
         starting = True
         await self._starting.acquire()
         try:
-            feed = ChannelFeed(self._service, self._hub, channel, after=subscription.after, recent=subscription.recent)
+            feed = ChannelFeed(self._service, self._hub, channel, after=after, recent=recent)
             try:
                 await feed.__aenter__()
             except NotFound as error:
