@@ -47,6 +47,8 @@ class Subscription:
     """One subscriber's queue of a channel's events. Iterate it; it ends when it is closed (after what was queued
     by then) or when the hub drops it for falling behind (at once: see ``overflowed``)."""
 
+    __slots__ = ("_ended", "_hub", "_maxsize", "_queue", "_waiter", "channel_id", "overflowed")  # one per feed
+
     def __init__(self, hub: EventHub, channel_id: str, maxsize: int) -> None:
         self.channel_id = channel_id
         self._hub = hub

@@ -44,6 +44,20 @@ class ChannelFeed:
     messages from the channel's last seq on.
     """
 
+    # One per client and channel followed: a persona process in a thousand channels has a thousand per persona.
+    __slots__ = (
+        "_after",
+        "_hub",
+        "_level",
+        "_live",
+        "_recent",
+        "_service",
+        "_start_seq",
+        "_subscription",
+        "channel_id",
+        "last_seq",
+    )
+
     def __init__(
         self, service: ArbiterService, hub: EventHub, channel_id: str, *, after: int | None, recent: int | None = None
     ) -> None:

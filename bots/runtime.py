@@ -257,6 +257,39 @@ class ChannelWorker:
     """One persona in one channel: follows the channel's events (its share of the persona's multiplexed stream, as
     a ``bots.follower.ChannelListener``) and takes turns."""
 
+    # Slots: a persona process keeps one worker per persona and channel, six thousand for six personas in a thousand.
+    __slots__ = (
+        "_arrival",
+        "_arrived",
+        "_blocked",
+        "_closed",
+        "_floor_wait",
+        "_held",
+        "_intent",
+        "_memory_read",
+        "_must_answer",
+        "_new_memory",
+        "_notes",
+        "_overtaken",
+        "_overtakes",
+        "_own",
+        "_pushed_seq",
+        "_replanned",
+        "_retry",
+        "_second_look",
+        "_settling",
+        "_status",
+        "_status_pushed",
+        "_task",
+        "_turning",
+        "_woken",
+        "answered",
+        "channel_id",
+        "last_seq",
+        "runtime",
+        "window",
+    )
+
     def __init__(self, runtime: PersonaRuntime, channel_id: str) -> None:
         self.runtime = runtime
         self.channel_id = channel_id
@@ -288,7 +321,7 @@ class ChannelWorker:
         self._overtaken: asyncio.Event | None = None  # made for the call it may stop
         # Its notes on this channel (its dialogue state) as the arbiter keeps them, and the update of the turn under
         # way, given to the arbiter with its speech or its release.
-        self.memory: wire.MemoryUpdate | None = None
+        self._notes: tuple[int, str] | None = None  # ``memory``, as (seq, the state's JSON): a third of it parsed
         self._memory_read = False  # read from the arbiter once, before the first generation (or heard of before)
         self._new_memory: wire.MemoryUpdate | None = None
         self._arrived = False  # the recent history is in (the stream's replay ended with the level)
@@ -301,6 +334,22 @@ class ChannelWorker:
         # A claim of its own whose settling the stream has not shown yet: statuses pushed before that are stale.
         self._settling: str | None = None
         self._replanned = -1  # the seq a refused claim was planned again for, at once (once per message)
+
+    @property
+    def memory(self) -> wire.MemoryUpdate | None:
+        """Its notes on this channel (its dialogue state) as the arbiter keeps them."""
+        if self._notes is None:
+            return None
+        seq, state = self._notes
+        return wire.MemoryUpdate(seq=seq, state=wire.DialogueState.model_validate_json(state))
+
+    @memory.setter
+    def memory(self, memory: wire.MemoryUpdate | None) -> None:
+        self._notes = None if memory is None else (memory.seq, memory.state.model_dump_json())
+
+    @property
+    def _notes_seq(self) -> int | None:
+        return None if self._notes is None else self._notes[0]
 
     @property
     def persona(self) -> Persona:
@@ -451,7 +500,7 @@ class ChannelWorker:
                 # with the history). A newer state wins; an older one arriving late does not take it back.
                 if memory is None:
                     self.memory = None
-                elif self.memory is None or memory.seq >= self.memory.seq:
+                elif self._notes is None or memory.seq >= self._notes[0]:
                     self.memory = wire.MemoryUpdate(seq=memory.seq, state=memory.state)
                 self._memory_read = True
             case wire.SettingsEvent():
@@ -625,7 +674,7 @@ class ChannelWorker:
         if self._memory_read:
             return
         read = await self.runtime.arbiter.memory(self.channel_id)
-        if not self._memory_read and (self.memory is None or (read is not None and read.seq >= self.memory.seq)):
+        if not self._memory_read and (self._notes is None or (read is not None and read.seq >= self._notes[0])):
             self.memory = read
         self._memory_read = True
 
@@ -743,8 +792,8 @@ class ChannelWorker:
     def _shown(self, window: list[wire.MessageView]) -> list[wire.MessageView]:
         """What the model is shown of ``window``: every message its notes do not take in yet (the window holds at most
         ``config.window``), and at least the last ``config.recent`` for context."""
-        memory = self.memory
-        unseen = len(window) if memory is None else sum(1 for message in window if message.seq > memory.seq)
+        seen = self._notes_seq
+        unseen = len(window) if seen is None else sum(1 for message in window if message.seq > seen)
         shown = max(unseen, self.runtime.config.recent)
         return window[-shown:] if shown < len(window) else window
 
