@@ -434,7 +434,11 @@ class ChannelWorker:
             expiries.append(status.priority_until - status.now)
         until = now + max(0.0, min([_STATUS_MAX_AGE_S, *expiries]))
         self._pushed_seq = max(self._pushed_seq, status.last_seq)
-        self._status = _Pushed(status.model_dump_json(), status.last_seq, until)
+        if self._task is None and self._retry is None:
+            # No look to come (its own message, others' passes): none reads it before the next cue brings another.
+            self._status = None
+        else:
+            self._status = _Pushed(status.model_dump_json(), status.last_seq, until)
         if self._status_pushed is not None:
             self._status_pushed.set()
         if (self._intent is not None or self._floor_wait) and self._retry is not None:
