@@ -1,8 +1,9 @@
 """Events between arbiter processes that share one PostgreSQL database: NOTIFY in the writer's transaction
 (delivered at commit, never for a rollback), LISTEN on a dedicated connection in every process.
 
-Every process hears every other's events; each notification names its channel, so a process parses only those
-of the channels someone watches there (``watching``), and persona events (channel ""), which its registry needs.
+Every process hears every other's events, a transaction's together in one notification (or as few as fit); each
+event names its channel, so a process parses only those of the channels someone watches there (``watching``), and
+persona events (channel ""), which its registry needs.
 An event of a channel no one watches here is one no one here would have been sent: a stream that subscribes
 later starts from the history, as it would in one process."""
 
@@ -56,15 +57,37 @@ class PostgresRelay:
         self._skipped: set[str] = set()  # the keys of large events whose parts are being skipped
 
     def notify(self, conn: Connection, events: Sequence[Event]) -> None:
-        pg_notify(conn, CHANNEL, [payload for event in events for payload in self._payloads(event)])
+        pg_notify(conn, CHANNEL, self._payloads(events))
 
-    def _payloads(self, event: Event) -> list[str]:
-        raw = event.model_dump_json()
-        channel = event.channel_id
-        payload = json.dumps({"origin": self.origin, "channel": channel, "event": raw}, ensure_ascii=False)
-        if len(payload.encode()) < _MAX_PAYLOAD:
-            return [payload]
-        # Too big for one notification (a long message, the settings of a large fleet): send it in parts.
+    def _payloads(self, events: Sequence[Event]) -> list[str]:
+        """A transaction's events in as few notifications as fit: each notification costs the listeners (and the
+        server) about as much to deliver as the events in it cost to read, so a batch's events travel together.
+        Each names its channel, so a listener reads only the ones it wants."""
+        payloads: list[str] = []
+        head = f'{{"origin": "{self.origin}", "events": ['
+        entries: list[str] = []
+        size = len(head) + 2
+        for event in events:
+            raw = event.model_dump_json()
+            entry = json.dumps([event.channel_id, raw], ensure_ascii=False)
+            length = len(entry.encode()) + 1
+            if entries and size + length >= _MAX_PAYLOAD:
+                payloads.append(head + ",".join(entries) + "]}")
+                entries, size = [], len(head) + 2
+            if len(head) + 2 + length < _MAX_PAYLOAD:
+                entries.append(entry)
+                size += length
+                continue
+            if entries:
+                payloads.append(head + ",".join(entries) + "]}")
+                entries, size = [], len(head) + 2
+            payloads += self._parts_of(event.channel_id, raw)
+        if entries:
+            payloads.append(head + ",".join(entries) + "]}")
+        return payloads
+
+    def _parts_of(self, channel: str, raw: str) -> list[str]:
+        # Too big for one notification (a long message, the settings of a large fleet): sent in parts.
         # PostgreSQL delivers one transaction's notifications in order and never interleaves two transactions',
         # so the parts arrive one after another and the listener joins them.
         parts = [raw[start : start + _PART] for start in range(0, len(raw), _PART)]
@@ -92,7 +115,12 @@ class PostgresRelay:
             envelope = json.loads(payload)
             if envelope.get("origin") == self.origin:
                 return  # our own: already published locally when the transaction committed
-            if "event" in envelope:
+            if "events" in envelope:
+                wanted = [raw for channel, raw in envelope["events"] if not channel or self._watching(channel)]
+                if wanted:
+                    self._publish([parse_any_event(raw) for raw in wanted])
+                return
+            if "event" in envelope:  # one event alone, as an older process sends them
                 raw = envelope["event"] if self._wanted(envelope) else None
             else:
                 raw = self._joined(envelope)

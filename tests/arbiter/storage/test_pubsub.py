@@ -37,9 +37,11 @@ class Heard:
 
     def __init__(self) -> None:
         self.events: list[Event] = []
+        self.calls = 0
         self._waiting: tuple[Callable[[Event], bool], asyncio.Future[None]] | None = None
 
     def publish(self, events: Sequence[Event]) -> None:
+        self.calls += 1
         self.events.extend(events)
         if self._waiting is not None and any(self._waiting[0](event) for event in events):
             self._waiting[1].set_result(None)
@@ -91,6 +93,20 @@ async def test_only_watched_channels_and_personas_are_parsed(database: Database)
         events = await heard.until(lambda event: isinstance(event, wire.MessageEvent) and event.message.seq == 2)
 
     assert events == [message("lobby", 1), persona, message("lobby", 2, LONG)]
+
+
+async def test_a_transactions_events_travel_together_in_order(database: Database) -> None:
+    heard = Heard()
+    async with relays(database, heard, lambda _channel: True) as (sender, _listener):
+        sent: list[Event] = [message("lobby", seq, f"line {seq}") for seq in range(1, 61)]
+        sent[30] = message("lobby", 31, LONG)  # in parts, between the others
+        await _send(database, sender, sent)
+        events = await heard.until(lambda event: isinstance(event, wire.MessageEvent) and event.message.seq == 60)
+
+    assert events == sent
+    # The small ones (about 250 bytes each) in one or two notifications each side of the large one, which comes in
+    # parts and is published once joined: not a notification (and a call) each.
+    assert heard.calls <= 5
 
 
 async def test_a_subscription_between_the_parts_of_a_skipped_event_gets_the_next_one_whole(
