@@ -244,7 +244,8 @@ def _add_arbiter_bench(benches: Any) -> None:
         type=int,
         nargs="+",
         default=[1, 2],
-        help="arbiter processes sharing the PostgreSQL database, the clients spread over them (default 1 2)",
+        help="arbiter processes sharing the PostgreSQL database, each channel's requests sent to one of them as the "
+        "personas' client sends them (default 1 2)",
     )
     load.add_argument(
         "--without-http",

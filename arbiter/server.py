@@ -76,7 +76,11 @@ async def open_arbiter(
         await migrate(database)
         hub = EventHub()
         stack.callback(hub.close_all)
-        relay = PostgresRelay(database.engine, hub.publish) if isinstance(database, PostgresDatabase) else None
+        relay = (
+            PostgresRelay(database.engine, hub.publish, hub.watching)
+            if isinstance(database, PostgresDatabase)
+            else None
+        )
         writer = BatchWriter(
             database,
             clock,

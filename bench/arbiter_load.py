@@ -21,8 +21,10 @@ benchmark shares the machine's cores with the arbiter, and aiohttp's client spen
 than the arbiter does, so with it the benchmark would measure mostly itself.
 
 On PostgreSQL, the path for several arbiter processes, the runs are made with each number of processes of
-``--processes`` (1 and 2 by default): real ``aizuchi arbiter`` processes on one database, the clients spread
-over them round-robin, events crossing between them by LISTEN/NOTIFY. The CPU column is then all of them together.
+``--processes`` (1 and 2 by default): real ``aizuchi arbiter`` processes on one database, events crossing between
+them by LISTEN/NOTIFY. Each client keeps a connection to every process and sends each channel's requests (as the
+person's messages in it are sent) to the one the persona's own client would: ``bots.affinity.home``, a stable hash
+of the channel id, so each process keeps its channels' state warm. The CPU column is then all of them together.
 
 Each run is made twice in a row, with the same number of clients: over the HTTP API, then over MCP (``/mcp``, the
 2025 protocol with a session, as the reference design's agents and desktop clients speak it: ``claim``, ``speak``,
@@ -58,10 +60,11 @@ import httptools
 from arbiter.core.models import Tier
 from arbiter.server import open_arbiter
 from arbiter.settings import ArbiterSettings
+from bots.affinity import home
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
     from arbiter.service import ArbiterService
 
@@ -317,65 +320,83 @@ class Client:
 
 
 class HttpClient(Client):
-    """Through the HTTP API, on a keep-alive connection of its own."""
+    """Through the HTTP API, on keep-alive connections of its own: one to each arbiter process, each channel's
+    requests on the connection to its process."""
 
-    def __init__(self, connection: Connection, host: str, token: str, channels: list[str], tally: Tally) -> None:
-        super().__init__(token, [f"/v1/channels/{channel}" for channel in channels], tally)
-        self._connection = connection
-        self._headers = f"Host: {host}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+    def __init__(
+        self, connections: Sequence[Connection], hosts: Sequence[str], token: str, channels: list[str], tally: Tally
+    ) -> None:
+        super().__init__(token, channels, tally)
+        self._connections = connections
+        self._home = {channel: home(channel, len(connections)) for channel in channels}
+        self._headers = [
+            f"Host: {host}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\n" for host in hosts
+        ]
 
-    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    async def _call(self, method: str, channel: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        index = self._home[channel]
         payload = b"" if body is None else json.dumps(body).encode()
-        head = f"{method} {path} HTTP/1.1\r\n{self._headers}Content-Length: {len(payload)}\r\n\r\n"
-        status, answer = await self._connection.request(head.encode(), payload)
+        head = (
+            f"{method} /v1/channels/{channel}{path} HTTP/1.1\r\n{self._headers[index]}"
+            f"Content-Length: {len(payload)}\r\n\r\n"
+        )
+        status, answer = await self._connections[index].request(head.encode(), payload)
         if status >= 400:
             self._tally.errors += 1
             return None
         return json.loads(answer) if answer else None
 
     async def claim(self, channel: str, tier: str) -> str | None:
-        data = await self._call("POST", f"{channel}/claims", {"tier": tier})
+        data = await self._call("POST", channel, "/claims", {"tier": tier})
         return data["claim"]["claim_id"] if data is not None and self._verdict(data["granted"]) else None
 
     async def speak(self, channel: str, claim: str, text: str, tier: str) -> int | None:
-        data = await self._call("POST", f"{channel}/claims/{claim}/speak", {"text": text, "tier": tier})
+        data = await self._call("POST", channel, f"/claims/{claim}/speak", {"text": text, "tier": tier})
         return data["message"]["seq"] if data is not None and self._verdict(data["granted"]) else None
 
     async def release(self, channel: str, claim: str) -> None:
-        await self._call("DELETE", f"{channel}/claims/{claim}")
+        await self._call("DELETE", channel, f"/claims/{claim}")
 
     async def consume(self, channel: str, text: str) -> bool:
-        data = await self._call("POST", f"{channel}/consume", {"tier": "aizuchi", "text": text})
+        data = await self._call("POST", channel, "/consume", {"tier": "aizuchi", "text": text})
         return data is not None and self._verdict(data["granted"])
 
     async def status(self, channel: str) -> None:
-        await self._call("GET", f"{channel}/status")
+        await self._call("GET", channel, "/status")
 
     async def history(self, channel: str, after: int) -> None:
-        await self._call("GET", f"{channel}/history?after={after}&limit=20")
+        await self._call("GET", channel, f"/history?after={after}&limit=20")
 
 
 class McpClient(Client):
-    """Through ``/mcp``: a session opened once (initialize), then one tool call per step, each a JSON-RPC request
-    whose answer comes as a short event stream."""
+    """Through ``/mcp``: a session opened once with each arbiter process (initialize), then one tool call per step
+    to the channel's process, each a JSON-RPC request whose answer comes as a short event stream."""
 
     VERSION = "2025-11-25"
 
-    def __init__(self, connection: Connection, host: str, token: str, channels: list[str], tally: Tally) -> None:
+    def __init__(
+        self, connections: Sequence[Connection], hosts: Sequence[str], token: str, channels: list[str], tally: Tally
+    ) -> None:
         super().__init__(token, channels, tally)
-        self._connection = connection
-        self._headers = (
+        self._connections = connections
+        self._home = {channel: home(channel, len(connections)) for channel in channels}
+        self._headers = [
             f"Host: {host}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\n"
             "Accept: application/json, text/event-stream\r\n"
-        )
+            for host in hosts
+        ]
         self._ids = 0
 
-    async def _post(self, message: dict[str, Any]) -> tuple[int, bytes]:
+    async def _post(self, index: int, message: dict[str, Any]) -> tuple[int, bytes]:
         payload = json.dumps(message).encode()
-        head = f"POST /mcp HTTP/1.1\r\n{self._headers}Content-Length: {len(payload)}\r\n\r\n"
-        return await self._connection.request(head.encode(), payload)
+        head = f"POST /mcp HTTP/1.1\r\n{self._headers[index]}Content-Length: {len(payload)}\r\n\r\n"
+        return await self._connections[index].request(head.encode(), payload)
 
     async def open(self) -> None:
+        for index in range(len(self._connections)):
+            await self._open(index)
+
+    async def _open(self, index: int) -> None:
         initialize = {
             "jsonrpc": "2.0",
             "id": 0,
@@ -386,12 +407,12 @@ class McpClient(Client):
                 "clientInfo": {"name": "bench", "version": "0"},
             },
         }
-        status, _ = await self._post(initialize)
-        session = self._connection.headers.get("mcp-session-id")
+        status, _ = await self._post(index, initialize)
+        session = self._connections[index].headers.get("mcp-session-id")
         if status != 200 or session is None:
             raise RuntimeError(f"the arbiter did not open an MCP session ({status})")
-        self._headers += f"Mcp-Session-Id: {session}\r\nMcp-Protocol-Version: {self.VERSION}\r\n"
-        await self._post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        self._headers[index] += f"Mcp-Session-Id: {session}\r\nMcp-Protocol-Version: {self.VERSION}\r\n"
+        await self._post(index, {"jsonrpc": "2.0", "method": "notifications/initialized"})
 
     async def _tool(self, name: str, arguments: dict[str, Any]) -> Any:
         self._ids += 1
@@ -401,7 +422,7 @@ class McpClient(Client):
             "method": "tools/call",
             "params": {"name": name, "arguments": arguments},
         }
-        status, answer = await self._post(call)
+        status, answer = await self._post(self._home[arguments["channel"]], call)
         if status >= 400:
             self._tally.errors += 1
             return None
@@ -557,30 +578,34 @@ async def _measure(
                 r.raise_for_status()
 
         async def say(channel: str, text: str) -> None:
+            # To the channel's process, as its requests go (in production the arbiter bot's process records them).
             body = {"author_id": "human", "author_name": "Human", "text": text}
-            async with session.post(f"{base}/v1/channels/{channel}/messages", json=body, headers=admin) as r:
+            url = f"{bases[home(channel, len(bases))]}/v1/channels/{channel}/messages"
+            async with session.post(url, json=body, headers=admin) as r:
                 r.raise_for_status()
 
-        # The clients spread round-robin over the arbiter processes.
-        urls = [urllib.parse.urlsplit(bases[i % len(bases)]) for i in range(clients)]
-        connections = []
-        for url in urls:
-            assert url.hostname is not None and url.port is not None
-            connections.append(await Connection.open(url.hostname, url.port))
+        # Each client has a connection to every process, and sends each channel's requests to that channel's.
+        urls = [urllib.parse.urlsplit(base) for base in bases]
+        hosts = [url.netloc for url in urls]
+        connections: list[list[Connection]] = []
         try:
+            for _ in range(clients):
+                mine: list[Connection] = []
+                connections.append(mine)
+                for url in urls:
+                    assert url.hostname is not None and url.port is not None
+                    mine.append(await Connection.open(url.hostname, url.port))
             workers: list[Client]
             if protocol == "mcp":
-                mcp = [McpClient(connections[i], urls[i].netloc, tokens[i], names, Tally()) for i in range(clients)]
+                mcp = [McpClient(connections[i], hosts, tokens[i], names, Tally()) for i in range(clients)]
                 for client in mcp:
                     await client.open()
                 workers = list(mcp)
             else:
-                workers = [
-                    HttpClient(connections[i], urls[i].netloc, tokens[i], names, Tally()) for i in range(clients)
-                ]
+                workers = [HttpClient(connections[i], hosts, tokens[i], names, Tally()) for i in range(clients)]
             elapsed, tally, usage = await _run_mix(workers, say, names, seconds, pids)
         finally:
-            for connection in connections:
+            for connection in (connection for mine in connections for connection in mine):
                 connection.close()
     return Result(database, clients, channels, elapsed, tally, usage, processes=len(bases))
 
@@ -639,6 +664,10 @@ async def run_benchmark(args: argparse.Namespace) -> int:
     tokens = list(personas.values())
     results: list[Result] = []
     print(f"aizuchi bench arbiter: {args.seconds:g}s per run, {args.channels} channels, cpu count {os.cpu_count()}")
+    if "postgres" in databases and max(args.processes) > 1:
+        print(
+            "  several processes: each channel's requests go to one of them, by bots.affinity.home (as the personas')"
+        )
     if args.without_http:
         # In this process, so only SQLite: the arbiter's own work, for comparison with the HTTP runs.
         for clients in args.clients:

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     import argparse
 
     from arbiter.contract import Tier
+    from bots.persona import Persona
 
 __all__ = ("run_benchmark",)
 
@@ -180,6 +181,33 @@ class Result:
         return "\n".join(f"| {name.ljust(width)} | {value} |" for name, value in rows)
 
 
+async def _start_personas(
+    args: argparse.Namespace,
+    personas: list[Persona],
+    session: aiohttp.ClientSession,
+    base: str,
+    tokens: dict[str, str],
+    decisions: Decisions,
+) -> list[PersonaRuntime]:
+    """The personas' runtimes in this process, as a fleet runs them: one cache of parsed frames for all."""
+    room = MemoryRoom()
+    frames = FrameCache()
+    runtimes: list[PersonaRuntime] = []
+    for index, persona in enumerate(personas):
+        runtime = PersonaRuntime(
+            persona,
+            ScriptedProvider.for_persona(persona, seed=index, latency_s=args.latency),
+            ArbiterClient(session, base, tokens[persona.id], frames=frames),
+            room.platform(persona.id),
+            config=RuntimeConfig(base_delay_s=args.delay),
+            rng=random.Random(index),
+            on_decision=decisions.record,
+        )
+        await runtime.start()
+        runtimes.append(runtime)
+    return runtimes
+
+
 async def _measure(args: argparse.Namespace, database: str, url: str) -> Result:
     personas = load_personas(Path(args.personas_dir))[: args.personas]
     if len(personas) < args.personas:
@@ -200,21 +228,7 @@ async def _measure(args: argparse.Namespace, database: str, url: str) -> Result:
             arbiter_before, persona_before = _rss_kib(pid), _rss_kib(os.getpid())
 
             decisions = Decisions()
-            room = MemoryRoom()
-            runtimes: list[PersonaRuntime] = []
-            frames = FrameCache()
-            for index, persona in enumerate(personas):
-                runtime = PersonaRuntime(
-                    persona,
-                    ScriptedProvider.for_persona(persona, seed=index, latency_s=args.latency),
-                    ArbiterClient(session, base, tokens[persona.id], frames=frames),
-                    room.platform(persona.id),
-                    config=RuntimeConfig(base_delay_s=args.delay),
-                    rng=random.Random(index),
-                    on_decision=decisions.record,
-                )
-                await runtime.start()
-                runtimes.append(runtime)
+            runtimes = await _start_personas(args, personas, session, base, tokens, decisions)
             joined = time.monotonic()
             await asyncio.gather(*(runtime.join(name).ready() for runtime in runtimes for name in names))
             print(f"  {len(runtimes)} personas joined {len(names):,} channels in {time.monotonic() - joined:.1f}s")

@@ -1,6 +1,8 @@
 """A typed client of the arbiter's HTTP API, speaking ``arbiter.contract``'s wire models.
 
 One ``aiohttp.ClientSession`` (created by the caller, passed in) per process; each persona has its own token.
+With several arbiter processes (on one PostgreSQL database) each channel's calls go to one of them, chosen by the
+channel (``bots.affinity``).
 """
 
 from __future__ import annotations
@@ -8,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 from pydantic import BaseModel, ValidationError
 
 from arbiter import contract as wire
+from bots.affinity import Affinity, parse_arbiter_urls
 from bots.errors import ArbiterRejected, ArbiterUnavailable
 from bots.frames import FrameCache
 
@@ -26,6 +30,9 @@ _log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
 
+# A request that fails with one of these was never sent (no connection was made): it may go to another process.
+_CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+
 
 class ArbiterClient:
     """The arbiter as one persona sees it."""
@@ -33,35 +40,69 @@ class ArbiterClient:
     def __init__(
         self,
         session: aiohttp.ClientSession,
-        base_url: str,
+        base_url: str | Sequence[str],
         token: str,
         *,
         timeout_s: float = 10.0,
+        own_process: int | None = None,
         frames: FrameCache | None = None,
     ) -> None:
-        """``frames``: the process's cache of parsed stream frames, shared by its personas' clients."""
+        """``base_url``: the arbiter's URL, or several arbiter processes' (a list, or one string of them separated
+        by commas, as ``AIZUCHI_ARBITER_URL`` gives them): each channel's calls then go to one of them
+        (``bots.affinity``), to the next when it cannot be reached. ``own_process``: the index of the one that
+        takes the calls of no channel (the multiplexed stream, the registration); by default one at random, so a
+        fleet's streams spread over the processes. ``frames``: the process's cache of parsed stream frames, shared
+        by its personas' clients."""
+        urls = parse_arbiter_urls(base_url) if isinstance(base_url, str) else tuple(u.rstrip("/") for u in base_url)
+        own = random.randrange(len(urls)) if own_process is None and urls else (own_process or 0)
+        self._affinity = Affinity(urls, own=own)
         self._session = session
         self._frames = frames or FrameCache()
-        self._base = base_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {token}"}
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
 
-    def _url(self, channel_id: str, path: str = "") -> str:
-        return f"{self._base}/v1/channels/{channel_id}{path}"
+    @property
+    def urls(self) -> tuple[str, ...]:
+        return self._affinity.urls
+
+    def _path(self, channel_id: str, path: str = "") -> str:
+        return f"/v1/channels/{channel_id}{path}"
 
     async def _call(
-        self, method: str, url: str, model: type[M] | None, body: BaseModel | None = None, **params: Any
+        self,
+        method: str,
+        channel_id: str | None,
+        path: str,
+        model: type[M] | None,
+        body: BaseModel | None = None,
+        **params: Any,
     ) -> M | None:
+        """One request, to the channel's arbiter process (or this client's own, for ``channel_id`` None); to the
+        next when one cannot be connected to. Only a refused or timed-out connection moves on: the request was
+        not sent, so sending it elsewhere cannot do it twice."""
         data = None if body is None else body.model_dump_json(exclude_none=True)
         headers = self._headers if data is None else {**self._headers, "Content-Type": "application/json"}
-        try:
-            async with self._session.request(
-                method, url, data=data, headers=headers, params=params or None, timeout=self._timeout
-            ) as response:
-                raw = await response.read()
-                status = response.status
-        except (aiohttp.ClientError, TimeoutError) as error:
-            raise ArbiterUnavailable(f"{method} {url}: {type(error).__name__}: {error}") from error
+        unreachable: list[str] = []
+        for base in self._affinity.order(channel_id):
+            url = base + path
+            try:
+                async with self._session.request(
+                    method, url, data=data, headers=headers, params=params or None, timeout=self._timeout
+                ) as response:
+                    raw = await response.read()
+                    status = response.status
+            except _CONNECT_ERRORS as error:
+                self._affinity.unreachable(base)
+                unreachable.append(f"{method} {url}: {type(error).__name__}: {error}")
+                continue
+            except (aiohttp.ClientError, TimeoutError) as error:
+                raise ArbiterUnavailable(f"{method} {url}: {type(error).__name__}: {error}") from error
+            if unreachable:
+                self._affinity.reachable(base)
+                _log.info("%s; sent to %s instead", unreachable[-1], base)
+            break
+        else:
+            raise ArbiterUnavailable("; ".join(unreachable))
         if status >= 500:
             raise ArbiterUnavailable(f"{method} {url}: HTTP {status}")
         if status >= 400:
@@ -73,66 +114,107 @@ class ArbiterClient:
         except ValidationError as error:
             raise ArbiterUnavailable(f"{method} {url}: unexpected answer: {error}") from error
 
-    async def _expect(self, method: str, url: str, model: type[M], body: BaseModel | None = None, **params: Any) -> M:
-        result = await self._call(method, url, model, body, **params)
+    async def _expect(
+        self,
+        method: str,
+        channel_id: str | None,
+        path: str,
+        model: type[M],
+        body: BaseModel | None = None,
+        **params: Any,
+    ) -> M:
+        result = await self._call(method, channel_id, path, model, body, **params)
         assert result is not None
         return result
+
+    async def _channel(
+        self, method: str, channel_id: str, path: str, model: type[M], body: BaseModel | None = None, **params: Any
+    ) -> M:
+        """A call on one channel (``path`` under ``/v1/channels/<id>``), to the channel's arbiter process."""
+        return await self._expect(method, channel_id, self._path(channel_id, path), model, body, **params)
+
+    async def _connect(
+        self, channel_id: str | None, path: str, what: str, **options: Any
+    ) -> aiohttp.ClientWebSocketResponse:
+        """A WebSocket to the channel's arbiter process (or this client's own, for None); to the next when one
+        cannot be connected to, as for a call."""
+        unreachable: list[str] = []
+        for base in self._affinity.order(channel_id):
+            try:
+                # The handshake gets the same time limit as any call; once open, heartbeats notice a dead stream.
+                async with asyncio.timeout(self._timeout.total):
+                    socket: aiohttp.ClientWebSocketResponse = await self._session.ws_connect(
+                        base + path, headers=self._headers, heartbeat=30, **options
+                    )
+            except aiohttp.WSServerHandshakeError as error:
+                if 400 <= error.status < 500:
+                    raise ArbiterRejected(error.status, "stream_refused", error.message) from error
+                raise ArbiterUnavailable(f"{what}: HTTP {error.status}") from error
+            except _CONNECT_ERRORS as error:
+                self._affinity.unreachable(base)
+                where = what if len(self.urls) == 1 else f"{what} at {base}"
+                unreachable.append(f"{where}: {type(error).__name__}: {error}")
+                continue
+            except (aiohttp.ClientError, TimeoutError) as error:
+                raise ArbiterUnavailable(f"{what}: {type(error).__name__}: {error}") from error
+            if unreachable:
+                self._affinity.reachable(base)
+                _log.info("%s; connected to %s instead", unreachable[-1], base)
+            return socket
+        raise ArbiterUnavailable("; ".join(unreachable))
 
     # --- the persona's calls ---------------------------------------------------------------------------
 
     async def status(self, channel_id: str) -> wire.StatusView:
-        return await self._expect("GET", self._url(channel_id, "/status"), wire.StatusView)
+        return await self._channel("GET", channel_id, "/status", wire.StatusView)
 
     async def history(self, channel_id: str, *, after: int = 0, limit: int = 50) -> wire.HistoryPage:
-        return await self._expect("GET", self._url(channel_id, "/history"), wire.HistoryPage, after=after, limit=limit)
+        return await self._channel("GET", channel_id, "/history", wire.HistoryPage, after=after, limit=limit)
 
     async def claim(self, channel_id: str, request: wire.ClaimRequest) -> wire.ClaimResult:
-        return await self._expect("POST", self._url(channel_id, "/claims"), wire.ClaimResult, request)
+        return await self._channel("POST", channel_id, "/claims", wire.ClaimResult, request)
 
     async def speak(self, channel_id: str, claim_id: str, request: wire.SpeakRequest) -> wire.SpeakResult:
-        return await self._expect("POST", self._url(channel_id, f"/claims/{claim_id}/speak"), wire.SpeakResult, request)
+        return await self._channel("POST", channel_id, f"/claims/{claim_id}/speak", wire.SpeakResult, request)
 
     async def release(
         self, channel_id: str, claim_id: str, memory: wire.MemoryUpdate | None = None
     ) -> wire.ReleaseResult:
         body = None if memory is None else wire.ReleaseRequest(memory=memory)
-        return await self._expect("DELETE", self._url(channel_id, f"/claims/{claim_id}"), wire.ReleaseResult, body)
+        return await self._channel("DELETE", channel_id, f"/claims/{claim_id}", wire.ReleaseResult, body)
 
     async def memory(self, channel_id: str) -> wire.MemoryUpdate | None:
         """The persona's own dialogue state here, as the arbiter keeps it (None before it has one)."""
-        found = await self._expect("GET", self._url(channel_id, "/memory"), wire.MemoryList)
+        found = await self._channel("GET", channel_id, "/memory", wire.MemoryList)
         return next((wire.MemoryUpdate(seq=m.seq, state=m.state) for m in found.memories), None)
 
     async def consume(self, channel_id: str, request: wire.ConsumeRequest) -> wire.SpeakResult:
-        return await self._expect("POST", self._url(channel_id, "/consume"), wire.SpeakResult, request)
+        return await self._channel("POST", channel_id, "/consume", wire.SpeakResult, request)
 
     async def report_usage(self, channel_id: str, report: wire.UsageReport) -> wire.UsageResult:
-        return await self._expect("POST", self._url(channel_id, "/usage"), wire.UsageResult, report)
+        return await self._channel("POST", channel_id, "/usage", wire.UsageResult, report)
 
     async def retract(self, channel_id: str, seq: int) -> wire.RetractResult:
-        return await self._expect("POST", self._url(channel_id, f"/messages/{seq}/retract"), wire.RetractResult)
+        return await self._channel("POST", channel_id, f"/messages/{seq}/retract", wire.RetractResult)
 
     async def link(self, channel_id: str, seq: int, platform_message_id: str) -> wire.MessageView:
         body = wire.LinkRequest(platform_message_id=platform_message_id)
-        return await self._expect("PUT", self._url(channel_id, f"/messages/{seq}/platform-id"), wire.MessageView, body)
+        return await self._channel("PUT", channel_id, f"/messages/{seq}/platform-id", wire.MessageView, body)
 
     async def channels(self) -> wire.ChannelList:
-        return await self._expect("GET", f"{self._base}/v1/channels", wire.ChannelList)
+        return await self._expect("GET", None, "/v1/channels", wire.ChannelList)
 
     async def register(self, persona_id: str, registration: wire.PersonaRegistration) -> None:
-        await self._call("PUT", f"{self._base}/v1/personas/{persona_id}", None, registration)
+        await self._call("PUT", None, f"/v1/personas/{persona_id}", None, registration)
 
     async def events(self, channel_id: str, *, after: int | None = None) -> AsyncIterator[wire.ArbiterEvent]:
         """The channel's event stream, from ``after`` (replayed from the history) onward, each frame as its model.
         Ends when the connection does (the arbiter drops a reader that fell behind); the caller reconnects with
         the last seq it saw, so nothing is missed. A frame of a kind this version does not know is skipped."""
         params = {} if after is None else {"after": str(after)}
+        what = f"event stream of {channel_id}"
+        socket = await self._connect(channel_id, self._path(channel_id, "/events"), what, params=params)
         try:
-            # The handshake gets the same time limit as any call; once open, heartbeats notice a dead stream.
-            async with asyncio.timeout(self._timeout.total):
-                socket = await self._session.ws_connect(
-                    self._url(channel_id, "/events"), headers=self._headers, params=params, heartbeat=30
-                )
             async with socket:
                 while True:
                     frame = await socket.receive()
@@ -154,28 +236,16 @@ class ArbiterClient:
                         return
                     elif frame.type in (aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
                         return
-        except aiohttp.WSServerHandshakeError as error:
-            if 400 <= error.status < 500:
-                raise ArbiterRejected(error.status, "stream_refused", error.message) from error
-            raise ArbiterUnavailable(f"event stream of {channel_id}: HTTP {error.status}") from error
         except (aiohttp.ClientError, TimeoutError) as error:
-            raise ArbiterUnavailable(f"event stream of {channel_id}: {type(error).__name__}: {error}") from error
+            raise ArbiterUnavailable(f"{what}: {type(error).__name__}: {error}") from error
 
     @contextlib.asynccontextmanager
     async def stream(self) -> AsyncIterator[MultiplexedStream]:
         """The multiplexed event stream (GET /v1/events): one connection for every channel the persona follows,
-        with its status of each pushed after changes. Subscribe to channels on it, then iterate its frames."""
-        try:
-            async with asyncio.timeout(self._timeout.total):
-                socket = await self._session.ws_connect(
-                    f"{self._base}/v1/events", headers=self._headers, heartbeat=30, max_msg_size=0
-                )
-        except aiohttp.WSServerHandshakeError as error:
-            if 400 <= error.status < 500:
-                raise ArbiterRejected(error.status, "stream_refused", error.message) from error
-            raise ArbiterUnavailable(f"multiplexed stream: HTTP {error.status}") from error
-        except (aiohttp.ClientError, TimeoutError) as error:
-            raise ArbiterUnavailable(f"multiplexed stream: {type(error).__name__}: {error}") from error
+        with its status of each pushed after changes. Subscribe to channels on it, then iterate its frames.
+        With several arbiter processes it goes to this client's own (any process streams any channel: events
+        cross between them through the database)."""
+        socket = await self._connect(None, "/v1/events", "multiplexed stream", max_msg_size=0)
         async with socket:
             try:
                 yield MultiplexedStream(socket, self._frames)

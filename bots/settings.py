@@ -12,6 +12,8 @@ from dotenv import dotenv_values
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from bots.affinity import parse_arbiter_urls
+
 __all__ = ("ENV_FILE", "SHIPPED_PERSONAS", "BotsSettings", "Environment")
 
 # Where the settings live beside the environment; read from the directory the command runs in.
@@ -33,7 +35,11 @@ class BotsSettings(BaseSettings):
         hide_input_in_errors=True,
     )
 
-    arbiter_url: str = Field("http://127.0.0.1:8340", description="where the arbiter's HTTP API listens")
+    arbiter_url: str = Field(
+        "http://127.0.0.1:8340",
+        description="where the arbiter's HTTP API listens; several arbiter processes' URLs, comma-separated, send "
+        "each channel's calls to one of them (the next when it is down)",
+    )
     personas_dir: Path = Field(SHIPPED_PERSONAS, description="directory of persona files (default: the shipped ones)")
     personas: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["rin", "theo", "juno"],
@@ -58,6 +64,12 @@ class BotsSettings(BaseSettings):
                 return []  # every persona file
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @field_validator("arbiter_url")
+    @classmethod
+    def _check_urls(cls, value: str) -> str:
+        # Checked here, so a mistake stops the start-up with the setting's name rather than the first call.
+        return ",".join(parse_arbiter_urls(value))
 
     @field_validator("persona_tokens")
     @classmethod

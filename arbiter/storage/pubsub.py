@@ -1,5 +1,11 @@
 """Events between arbiter processes that share one PostgreSQL database: NOTIFY in the writer's transaction
-(delivered at commit, never for a rollback), LISTEN on a dedicated connection in every process."""
+(delivered at commit, never for a rollback), LISTEN on a dedicated connection in every process.
+
+Every process hears every other's events, a transaction's together in one notification (or as few as fit); each
+event names its channel, so a process parses only those of the channels someone watches there (``watching``), and
+persona events (channel ""), which its registry needs.
+An event of a channel no one watches here is one no one here would have been sent: a stream that subscribes
+later starts from the history, as it would in one process."""
 
 from __future__ import annotations
 
@@ -34,29 +40,63 @@ _PART = 1_500
 
 
 class PostgresRelay:
-    def __init__(self, engine: AsyncEngine, publish: Callable[[Sequence[Event]], None]) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        publish: Callable[[Sequence[Event]], None],
+        watching: Callable[[str], bool] = lambda _channel_id: True,
+    ) -> None:
+        """``watching(channel_id)``: whether anyone in this process follows the channel's events."""
         self._engine = engine
         self._publish = publish
+        self._watching = watching
         self.origin = uuid.uuid4().hex[:12]
         self._task: asyncio.Task[None] | None = None
         self._connected = asyncio.Event()
         self._parts: dict[str, list[str]] = {}  # a large event's parts received so far, by its key
+        self._skipped: set[str] = set()  # the keys of large events whose parts are being skipped
 
     def notify(self, conn: Connection, events: Sequence[Event]) -> None:
-        pg_notify(conn, CHANNEL, [payload for event in events for payload in self._payloads(event)])
+        pg_notify(conn, CHANNEL, self._payloads(events))
 
-    def _payloads(self, event: Event) -> list[str]:
-        raw = event.model_dump_json()
-        payload = json.dumps({"origin": self.origin, "event": raw}, ensure_ascii=False)
-        if len(payload.encode()) < _MAX_PAYLOAD:
-            return [payload]
-        # Too big for one notification (a long message, the settings of a large fleet): send it in parts.
+    def _payloads(self, events: Sequence[Event]) -> list[str]:
+        """A transaction's events in as few notifications as fit: each notification costs the listeners (and the
+        server) about as much to deliver as the events in it cost to read, so a batch's events travel together.
+        Each names its channel, so a listener reads only the ones it wants."""
+        payloads: list[str] = []
+        head = f'{{"origin": "{self.origin}", "events": ['
+        entries: list[str] = []
+        size = len(head) + 2
+        for event in events:
+            raw = event.model_dump_json()
+            entry = json.dumps([event.channel_id, raw], ensure_ascii=False)
+            length = len(entry.encode()) + 1
+            if entries and size + length >= _MAX_PAYLOAD:
+                payloads.append(head + ",".join(entries) + "]}")
+                entries, size = [], len(head) + 2
+            if len(head) + 2 + length < _MAX_PAYLOAD:
+                entries.append(entry)
+                size += length
+                continue
+            if entries:
+                payloads.append(head + ",".join(entries) + "]}")
+                entries, size = [], len(head) + 2
+            payloads += self._parts_of(event.channel_id, raw)
+        if entries:
+            payloads.append(head + ",".join(entries) + "]}")
+        return payloads
+
+    def _parts_of(self, channel: str, raw: str) -> list[str]:
+        # Too big for one notification (a long message, the settings of a large fleet): sent in parts.
         # PostgreSQL delivers one transaction's notifications in order and never interleaves two transactions',
         # so the parts arrive one after another and the listener joins them.
         parts = [raw[start : start + _PART] for start in range(0, len(raw), _PART)]
         key = uuid.uuid4().hex[:12]
         return [
-            json.dumps({"origin": self.origin, "part": [key, index, len(parts)], "text": part}, ensure_ascii=False)
+            json.dumps(
+                {"origin": self.origin, "channel": channel, "part": [key, index, len(parts)], "text": part},
+                ensure_ascii=False,
+            )
             for index, part in enumerate(parts)
         ]
 
@@ -75,15 +115,36 @@ class PostgresRelay:
             envelope = json.loads(payload)
             if envelope.get("origin") == self.origin:
                 return  # our own: already published locally when the transaction committed
-            raw = envelope["event"] if "event" in envelope else self._joined(envelope)
+            if "events" in envelope:
+                wanted = [raw for channel, raw in envelope["events"] if not channel or self._watching(channel)]
+                if wanted:
+                    self._publish([parse_any_event(raw) for raw in wanted])
+                return
+            if "event" in envelope:  # one event alone, as an older process sends them
+                raw = envelope["event"] if self._wanted(envelope) else None
+            else:
+                raw = self._joined(envelope)
             if raw is not None:
                 self._publish([parse_any_event(raw)])
         except (ValueError, KeyError, TypeError) as error:
             _log.warning("ignoring a malformed notification: %s", error)
 
+    def _wanted(self, envelope: dict[str, Any]) -> bool:
+        """Whether to parse and publish the event: a persona's (channel ""), or one of a channel someone here
+        watches. (An envelope without a channel, from an older process, is parsed as before.)"""
+        channel = envelope.get("channel")
+        return not channel or self._watching(channel)
+
     def _joined(self, envelope: dict[str, Any]) -> str | None:
-        """The large event once its last part is in, else None."""
+        """The large event once its last part is in, else None (also when it is skipped: decided at its first
+        part, so a stream that subscribes between two parts gets the next event whole, not half of this one)."""
         key, index, count = envelope["part"]
+        if index == 0 and not self._wanted(envelope):
+            self._skipped.add(key)
+        if key in self._skipped:
+            if index == count - 1:
+                self._skipped.discard(key)
+            return None
         parts = self._parts.setdefault(key, [])
         if index != len(parts):
             del self._parts[key]
@@ -104,7 +165,9 @@ class PostgresRelay:
                     assert driver is not None
                     lost = asyncio.Event()
                     driver.add_termination_listener(lambda _c, lost=lost: lost.set())
-                    self._parts.clear()  # parts that came before a lost connection will never be completed
+                    # Parts that came before a lost connection will never be completed.
+                    self._parts.clear()
+                    self._skipped.clear()
                     await driver.add_listener(CHANNEL, self._on_notify)
                     self._connected.set()
                     delay = 0.5
