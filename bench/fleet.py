@@ -187,6 +187,7 @@ async def _start_personas(
     session: aiohttp.ClientSession,
     base: str,
     tokens: dict[str, str],
+    *,
     decisions: Decisions,
 ) -> list[PersonaRuntime]:
     """The personas' runtimes in this process, as a fleet runs them: one cache of parsed frames for all."""
@@ -228,7 +229,7 @@ async def _measure(args: argparse.Namespace, database: str, url: str) -> Result:
             arbiter_before, persona_before = _rss_kib(pid), _rss_kib(os.getpid())
 
             decisions = Decisions()
-            runtimes = await _start_personas(args, personas, session, base, tokens, decisions)
+            runtimes = await _start_personas(args, personas, session, base, tokens, decisions=decisions)
             joined = time.monotonic()
             await asyncio.gather(*(runtime.join(name).ready() for runtime in runtimes for name in names))
             print(f"  {len(runtimes)} personas joined {len(names):,} channels in {time.monotonic() - joined:.1f}s")
