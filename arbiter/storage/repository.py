@@ -674,15 +674,38 @@ def persona_infos(conn: Connection) -> list[PersonaInfo]:
 # --- memories --------------------------------------------------------------------------------------------
 
 
+def _memory_upsert(dialect_insert: Any) -> Any:
+    """Store a dialogue state unless the one stored covers a newer message: one statement, its values bound at
+    execution (built once per dialect: building it for each turn's notes was a tenth of a busy arbiter's CPU)."""
+    statement = dialect_insert(memories).values(
+        channel_id=bindparam("channel_id"),
+        persona_id=bindparam("persona_id"),
+        seq=bindparam("seq"),
+        state=bindparam("state", type_=memories.c.state.type),
+        updated_at=bindparam("updated_at"),
+    )
+    excluded = statement.excluded
+    return statement.on_conflict_do_update(
+        index_elements=["channel_id", "persona_id"],
+        set_={"seq": excluded.seq, "state": excluded.state, "updated_at": excluded.updated_at},
+        where=memories.c.seq <= excluded.seq,
+    )
+
+
+_SAVE_MEMORY = {"sqlite": _memory_upsert(sqlite_insert), "postgresql": _memory_upsert(postgresql_insert)}
+
+
 def save_memory(conn: Connection, memory: Memory) -> bool:
     """Store a persona's dialogue state unless the one stored covers a newer message (two workers of one persona,
     or a late write, never take it back). Whether it was stored."""
-    values = {"seq": memory.seq, "state": dict(memory.state), "updated_at": memory.updated_at}
-    statement = _upsert(conn, memories).values(channel_id=memory.channel_id, persona_id=memory.persona_id, **values)
-    statement = statement.on_conflict_do_update(
-        index_elements=["channel_id", "persona_id"], set_=values, where=memories.c.seq <= statement.excluded.seq
-    )
-    return conn.execute(statement).rowcount == 1
+    values = {
+        "channel_id": memory.channel_id,
+        "persona_id": memory.persona_id,
+        "seq": memory.seq,
+        "state": dict(memory.state),
+        "updated_at": memory.updated_at,
+    }
+    return conn.execute(_SAVE_MEMORY[conn.dialect.name], values).rowcount == 1
 
 
 def load_memories(conn: Connection, channel_id: str, persona_id: str | None = None) -> list[Memory]:
