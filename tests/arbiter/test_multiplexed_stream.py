@@ -271,6 +271,40 @@ async def test_recent_replays_the_channels_last_messages_then_the_level_then_the
         assert status == (await service.status("lobby", "hana")).model_dump(mode="json")
 
 
+async def test_a_claim_pushes_no_status_and_a_claim_given_back_does(
+    arbiter: Arbiter, client: TestClient[Any, Any]
+) -> None:
+    service = arbiter.service
+    await service.ensure_channel("lobby")
+    async with client.ws_connect(PATH, headers=auth("hana")) as ws:
+        await subscribe(ws, lobby=0)
+        await frames_until(ws, lambda f: f["type"] == "status")
+
+        claimed = await service.claim("lobby", "kai", Tier.REMARK)
+        assert claimed.granted and claimed.claim is not None
+        frames = await frames_until(ws, lambda f: f["type"] == "level")
+        assert [f["type"] for f in frames] == ["claim", "level"]
+        # Given back (a pass): the pool refills and the floor may open, with no message to say so. The status after
+        # it says so, and it is the first since the replay: the claim brought none.
+        await service.release("lobby", "kai", claimed.claim.claim_id)
+        frames = await frames_until(ws, lambda f: f["type"] == "status")
+        assert [f["type"] for f in frames].count("status") == 1
+        assert frames[-1]["status"] == (await service.status("lobby", "hana")).model_dump(mode="json")
+
+
+async def test_a_refused_claim_brings_the_personas_status_after_it(arbiter: Arbiter) -> None:
+    service = arbiter.service
+    await service.ensure_channel("lobby", {"capacity": 100})
+    assert (await service.claim("lobby", "kai", Tier.LONG)).granted
+    refused = await service.claim("lobby", "hana", Tier.LONG)
+    assert not refused.granted and refused.status is not None
+    assert refused.status == await service.status("lobby", "hana")
+    assert refused.status.tiers[Tier.LONG].may_claim is False
+    await service.ensure_channel("hall")
+    granted = await service.claim("hall", "hana", Tier.REMARK)
+    assert granted.granted and granted.status is None  # a grant needs none: the claim is the plan
+
+
 async def test_the_admin_gets_events_but_no_status(arbiter: Arbiter, client: TestClient[Any, Any]) -> None:
     await arbiter.service.ensure_channel("lobby")
     async with client.ws_connect(PATH, headers=auth("admin")) as ws:

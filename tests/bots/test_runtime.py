@@ -964,3 +964,40 @@ async def test_a_persona_in_several_channels_holds_one_stream_and_reads_no_statu
 
 async def spoken_after_in(live: Live, channel: str, seq: int) -> bool:
     return any(m.seq > seq and m.author_id == "aoi" for m in await live.history(channel))
+
+
+# --- a thousand channels: what a quiet worker holds ------------------------------------------------------
+
+
+async def test_a_quiet_worker_holds_no_task_and_a_busy_one_lets_it_go_when_done(live: Live) -> None:
+    aoi = make_persona("aoi")
+    channels = [f"quiet-{n}" for n in range(20)]
+    for channel in channels:
+        await live.channel(channel)
+    runtime = await live.start(aoi, scripted(aoi), CHANNEL)
+    await asyncio.gather(*(runtime.join(channel).ready() for channel in channels))
+
+    def turn_tasks() -> list[str]:
+        return [task.get_name() for task in asyncio.all_tasks() if task.get_name().startswith("turns aoi@")]
+
+    assert turn_tasks() == []  # twenty-one channels followed, nothing to look at: no task among them
+
+    await live.say(channels[3], "Aoi, are you there?")
+    await eventually(lambda: live.room.posts, what="a post")
+    await eventually(lambda: runtime.join(channels[3]).idle, what="the turn over")
+    await eventually(lambda: not turn_tasks(), what="the look's task gone with it")
+
+
+async def test_the_personas_of_a_process_share_each_message_parsed_once(live: Live) -> None:
+    aoi, ben = make_persona("aoi"), make_persona("ben")
+    first = await live.start(aoi, scripted(aoi), CHANNEL)
+    second = await live.start(ben, scripted(ben, seed=2), CHANNEL)
+    said = await live.say(CHANNEL, "Nice weather today.")
+
+    def heard(runtime: PersonaRuntime) -> bool:
+        return any(m.seq == said for m in runtime.join(CHANNEL).window)
+
+    await eventually(lambda: heard(first) and heard(second), what="both heard it")
+    [one] = [m for m in first.join(CHANNEL).window if m.seq == said]
+    [other] = [m for m in second.join(CHANNEL).window if m.seq == said]
+    assert one is other  # one object for both windows (each persona's stream brought the same frame)

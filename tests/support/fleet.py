@@ -26,6 +26,7 @@ from aiohttp.test_utils import TestServer
 from arbiter.contract import AuthorKind
 from arbiter.server import open_arbiter
 from bots.arbiter_client import ArbiterClient
+from bots.frames import FrameCache
 from bots.llm.base import ChatProvider
 from bots.persona import BigFive, Persona, Samples
 from bots.platforms.memory import MemoryRoom
@@ -235,6 +236,7 @@ class Live:
     log: RequestLog
     room: MemoryRoom = field(default_factory=MemoryRoom)
     runtimes: list[PersonaRuntime] = field(default_factory=list)
+    frames: FrameCache = field(default_factory=FrameCache)  # shared by the personas' clients, as in a fleet
     server: TestServer | None = None
     port: int = 0
 
@@ -263,7 +265,7 @@ class Live:
             self.server = None
 
     def client(self, persona_id: str) -> ArbiterClient:
-        return ArbiterClient(self.session, self.url, self.tokens[persona_id], timeout_s=5.0)
+        return ArbiterClient(self.session, self.url, self.tokens[persona_id], timeout_s=5.0, frames=self.frames)
 
     async def channel(self, channel_id: str, **changes: Any) -> None:
         """Create a channel with the fast test defaults, ``changes`` merged over them (tiers per tier)."""
