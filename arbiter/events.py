@@ -93,21 +93,26 @@ class Subscription:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
-    async def __aiter__(self) -> AsyncIterator[Event]:
+    async def next(self) -> Event | None:
+        """The next event, once there is one; None when the subscription has ended. (What iterating it does, with
+        no generator kept alive between events: a stream of a thousand channels waits on a thousand.)"""
         while True:
             if self._queue:
                 event = self._queue.popleft()
                 if not self._queue:
                     self._queue = None
-                yield event
-                continue
+                return event
             if self._ended:
-                return
+                return None
             self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await self._waiter
             finally:
                 self._waiter = None
+
+    async def __aiter__(self) -> AsyncIterator[Event]:
+        while (event := await self.next()) is not None:
+            yield event
 
     def __enter__(self) -> Subscription:
         return self

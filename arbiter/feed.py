@@ -122,7 +122,8 @@ class ChannelFeed:
         yield level
         self._hub.announce(level)
         del level
-        async for event in self._subscription:
+        subscription = self._subscription
+        while (event := await subscription.next()) is not None:
             if isinstance(event, PersonaEvent):
                 continue  # never here: the hub routes by channel id, and a persona event's ("") is no channel's
             if isinstance(event, wire.MessageEvent):
