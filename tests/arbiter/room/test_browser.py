@@ -823,13 +823,20 @@ async def test_each_persona_keeps_its_colour_whatever_the_set(browser: Browser, 
             page = await new_page(browser)
             await open_room(page, room.url + "/room/lobby")
             shown = {m["author"]: m["color"] for m in await messages(page) if m["kind"] == "persona"}
-            listed = await page.eval_on_selector_all(
-                "#personas li",
-                "items => Object.fromEntries(items.map((item) => "
-                "[item.dataset.persona, getComputedStyle(item.querySelector('.who')).backgroundColor]))",
-            )
             assert shown.keys() == {"rin", "theo", "mio", "sora", "nova"}
-            assert listed == {pid: shown[pid] for pid in ("mio", "sora", "nova")}
+            expected = {pid: shown[pid] for pid in ("mio", "sora", "nova")}
+            # The list is drawn again as the page's state comes in; Chromium sometimes reports a chip's computed
+            # colour as "" just after: read until the list shows its colours (or the deadline, then compare).
+            for _attempt in range(30):
+                listed = await page.eval_on_selector_all(
+                    "#personas li",
+                    "items => Object.fromEntries(items.map((item) => "
+                    "[item.dataset.persona, getComputedStyle(item.querySelector('.who')).backgroundColor]))",
+                )
+                if listed == expected:
+                    break
+                await asyncio.sleep(0.1)
+            assert listed == expected
             colours.append(shown)
             await page.context.close()
 
