@@ -180,6 +180,11 @@ async def test_personas_take_part_in_enabled_discord_channels_they_see_and_stay_
     personas = [eager("hana"), eager("kai")]
 
     async with discord_fleet(world, live, personas) as fleet:
+        # The fleet is ready once both follow the lounge; a persona's client takes up its channels one by one.
+        await eventually(
+            lambda: all(str(announcements.id) in runtime.channels for runtime in fleet.runtimes.values()),
+            what="both follow the announcements",
+        )
         joined = {pid: set(runtime.channels) for pid, runtime in fleet.runtimes.items()}
         for text in ("Hana, Kai, anyone?", "Hana?"):
             await fake.human_says(announcements, world.member, text)
