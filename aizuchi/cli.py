@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import re
 import signal
@@ -23,8 +24,19 @@ __all__ = ("main",)
 _log = logging.getLogger("aizuchi")
 
 
+# The cyclic garbage collector's thresholds for a long-running process: (allocations before a young collection, young
+# collections before a middle one, middle ones before a full one). A fleet holds hundreds of thousands of long-lived
+# objects (a worker per persona and channel, their windows, the arbiter's channel states) and makes a stream of
+# short-lived ones (frames, statuses, requests). With Python's defaults (700, 10, 10) a full collection, which walks
+# every long-lived object with the event loop stopped (65 ms at six personas in a thousand channels), came every few
+# seconds under load, and set the slowest looks' delay: ``aizuchi bench fleet`` measured p99 219 ms with them and
+# 112 ms with these. Nothing is left uncollected; the young are collected a fourteenth as often.
+_COLLECTOR_THRESHOLDS = (10_000, 10, 10)
+
+
 def _run(coro_factory: Callable[[], Coroutine[Any, Any, int | None]]) -> int:
     """Run until done, Ctrl-C or SIGTERM; both signals cancel the main task so every resource closes cleanly."""
+    gc.set_threshold(*_COLLECTOR_THRESHOLDS)
 
     async def guarded() -> int | None:
         task = asyncio.current_task()

@@ -649,6 +649,10 @@ class LevelEvent(_Out):
     capacity: int
     at: float
     next_refund_at: float | None = Field(None, description="when the next spend comes back, if one is out")
+    refunds: list[RefundView] = Field(
+        default_factory=list,
+        description="the next refunds, as a status lists them: the level at any moment until the next level event",
+    )
 
 
 class ClaimEvent(_Out):

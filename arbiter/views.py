@@ -112,16 +112,22 @@ def next_refund(state: ChannelState, now: float) -> float | None:
 
 
 def upcoming_refunds(state: ChannelState, now: float, limit: int = 10) -> list[tuple[float, int]]:
-    """The next refunds, those due within the same tenth of a second merged: enough to plan a turn."""
-    merged: list[tuple[float, int]] = []
+    """The next refunds, those due within the same tenth of a second merged, at the last one's time (by then all of
+    it is back): enough to plan a turn, and to tell the level at any moment until the pool moves again."""
+    merged: list[tuple[float, float, int]] = []  # (first due, last due, amount)
     for at, amount in rules.refund_schedule(state, now):
         if merged and at - merged[-1][0] < 0.1:
-            merged[-1] = (merged[-1][0], merged[-1][1] + amount)
+            first, _, total = merged[-1]
+            merged[-1] = (first, at, total + amount)
         elif len(merged) == limit:
             break
         else:
-            merged.append((at, amount))
-    return merged
+            merged.append((at, at, amount))
+    return [(last, amount) for _, last, amount in merged]
+
+
+def _refunds(state: ChannelState, now: float) -> list[wire.RefundView]:
+    return [wire.RefundView(at=at, amount=amount) for at, amount in upcoming_refunds(state, now)]
 
 
 def status_view(
@@ -160,7 +166,7 @@ def status_view(
         paused=settings.paused,
         topic=settings.topic,
         tiers=tiers,
-        refunds=[wire.RefundView(at=at, amount=amount) for at, amount in upcoming_refunds(state, now)],
+        refunds=_refunds(state, now),
         bot_streak=state.bot_streak,
         idle_cap=settings.idle_cap,
         priority=sorted(priority.persona_ids) if priority else [],
@@ -233,12 +239,14 @@ def release_result(state: ChannelState, now: float, outcome: Outcome) -> wire.Re
 
 
 def level_event(state: ChannelState, now: float) -> wire.LevelEvent:
+    refunds = _refunds(state, now)
     return wire.LevelEvent(
         channel_id=state.channel_id,
         level=rules.level(state, now),
         capacity=state.settings.capacity,
         at=now,
         next_refund_at=next_refund(state, now),
+        refunds=refunds,
     )
 
 

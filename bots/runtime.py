@@ -18,7 +18,7 @@ import contextlib
 import logging
 import random
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, assert_never
 
 from arbiter import contract as wire
@@ -30,6 +30,7 @@ from bots.llm.tool_rounds import DEFAULT_ROUNDS, decide_with_tools
 from bots.memory import MEMORY_SCHEMA, fit_state
 from bots.planner import anchor, plan_turn, refused_outright
 from bots.platforms.base import Posted
+from bots.pool import moved_on
 from bots.prompt import persona_prompt, rules_prompt, transcript_turn
 from bots.text import clean_reply, is_emoji, repeats
 
@@ -58,6 +59,9 @@ _REPLANNED = (wire.RefusalReason.INSUFFICIENT, wire.RefusalReason.PRIORITY)
 # A pushed status is trusted at most this long with no newer one (its verdicts' own expiry aside): a last resort
 # against a change that published nothing.
 _STATUS_MAX_AGE_S = 60.0
+# At most this long (times 1.5 for the least eager) before a persona looks again when a wait ends: those waiting for
+# the same refund would otherwise all claim it at the same moment, and all but one be refused.
+_REACTION_S = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,12 +161,19 @@ def _drop(messages: list[wire.MessageView], gone: Callable[[wire.MessageView], b
 
 @dataclass(frozen=True, slots=True)
 class _Pushed:
-    """A status the stream pushed: its JSON, the last message it had seen, and until when (on the worker's clock) its
-    verdicts hold (they change with no event when a wait ends: a refund due, a floor's time up)."""
+    """A status the stream pushed: the status (parsed while a look is under way; while a worker only waits to look
+    again, its JSON, a tenth of the size), the last message it had seen, until when (on the worker's clock) its
+    verdicts hold (they change with no event when a wait ends, such as a floor's time up; a wait for the pool is
+    rolled forward instead, ``bots.pool``), and the arbiter's clock less the worker's when it came."""
 
-    text: str
+    status: wire.StatusView | str
     last_seq: int
     until: float
+    offset: float
+
+    def view(self) -> wire.StatusView:
+        status = self.status
+        return status if isinstance(status, wire.StatusView) else wire.StatusView.model_validate_json(status)
 
 
 class PersonaRuntime:
@@ -266,6 +277,7 @@ class ChannelWorker:
         "_floor_wait",
         "_held",
         "_intent",
+        "_level",
         "_memory_read",
         "_must_answer",
         "_new_memory",
@@ -328,6 +340,7 @@ class ChannelWorker:
         # The persona's status here as the stream last pushed it (kept as its JSON, a tenth of its size parsed, until
         # a look reads it), and a look waiting for the next one.
         self._status: _Pushed | None = None
+        self._level: wire.LevelEvent | None = None  # the latest level event while a status is kept: the pool since
         self._status_pushed: asyncio.Event | None = None
         # The last message the last pushed status had seen (-1 before any push): a newer one means its push is coming.
         self._pushed_seq = -1
@@ -428,17 +441,23 @@ class ChannelWorker:
         if self._settling is not None or status.claim is not None:
             return  # from before its own claim settled, or while it holds one: stale for the next look
         now = self.runtime.clock()
-        # Verdicts change with no event when a wait ends (a refund due, a floor's time up): trust it until then.
-        expiries = [tier.retry_after for tier in status.tiers.values() if tier.retry_after is not None]
+        # Verdicts change with no event when a wait ends (a floor's time up): trust it until then. A wait for the pool
+        # is rolled forward along the refunds it lists.
+        expiries = [
+            tier.retry_after
+            for tier in status.tiers.values()
+            if tier.retry_after is not None and tier.reason is not wire.RefusalReason.INSUFFICIENT
+        ]
         if status.priority_until is not None:
             expiries.append(status.priority_until - status.now)
         until = now + max(0.0, min([_STATUS_MAX_AGE_S, *expiries]))
         self._pushed_seq = max(self._pushed_seq, status.last_seq)
         if self._task is None and self._retry is None:
             # No look to come (its own message, others' passes): none reads it before the next cue brings another.
-            self._status = None
+            self._forget_status()
         else:
-            self._status = _Pushed(status.model_dump_json(), status.last_seq, until)
+            kept = status if self._task is not None else status.model_dump_json()
+            self._status = _Pushed(kept, status.last_seq, until, status.now - now)
         if self._status_pushed is not None:
             self._status_pushed.set()
         if (self._intent is not None or self._floor_wait) and self._retry is not None:
@@ -447,13 +466,23 @@ class ChannelWorker:
             # status after it.
             self.wake()
 
+    def _forget_status(self) -> None:
+        self._status = self._level = None
+
+    def _hold(self, claim_id: str) -> None:
+        """A claim of its own, granted: statuses pushed before the stream shows it settled are stale."""
+        self._held = self._settling = claim_id
+        self._forget_status()
+
     def _pushed_status(self) -> wire.StatusView | None:
         """The pushed status, if it still holds: it has seen every message this worker has, and no verdict's wait
-        has ended since. (A stale one would cost at most a refused claim; an expired one could keep it silent.)"""
+        has ended since but for the pool's, which the level events since and the refunds due move on. (A stale one
+        would cost at most a refused claim; an expired one could keep it silent.)"""
         pushed = self._status
-        if pushed is None or pushed.last_seq < self.last_seq or self.runtime.clock() >= pushed.until:
+        now = self.runtime.clock()
+        if pushed is None or pushed.last_seq < self.last_seq or now >= pushed.until:
             return None
-        return wire.StatusView.model_validate_json(pushed.text)
+        return moved_on(pushed.view(), now + pushed.offset, self._level)
 
     async def _current_status(self) -> wire.StatusView:
         """The status to plan from: the one the stream pushed after the newest message (waiting a moment for it
@@ -498,7 +527,8 @@ class ChannelWorker:
                 self.last_seq = max(self.last_seq, last_seq)
                 self.answered = max(self.answered, last_seq)
             case wire.LevelEvent():
-                pass  # the status pushed after the burst says what it means for this persona
+                if self._status is not None:
+                    self._level = event  # the pool since the status, for the look to come (``bots.pool``)
             case wire.MemoryEvent(persona=persona, memory=memory) if persona == self.persona.id:
                 # Its own notes: stored by this worker, by another of the same persona, or reset by a moderator (or
                 # with the history). A newer state wins; an older one arriving late does not take it back.
@@ -564,6 +594,17 @@ class ChannelWorker:
             await self._looks()
         finally:
             self._task = None
+            self._stow_status()
+
+    def _stow_status(self) -> None:
+        """When the looks are over: a status kept for a retry is kept as its JSON; with no retry, none reads it."""
+        pushed = self._status
+        if pushed is None or isinstance(pushed.status, str):
+            return
+        if self._retry is None:
+            self._forget_status()
+        else:
+            self._status = replace(pushed, status=pushed.status.model_dump_json())
 
     async def _looks(self) -> None:
         while self._woken:
@@ -596,6 +637,12 @@ class ChannelWorker:
         if self._retry is not None:
             self._retry.cancel()
             self._retry = None
+
+    def _reaction(self) -> float:
+        """How long after a wait ends the persona notices: the eager sooner, and never all at the same moment."""
+        persona = self.persona
+        eagerness = (persona.talkativeness + persona.big_five.extraversion) / 2
+        return _REACTION_S * (1.5 - eagerness) * self.runtime.rng.random()
 
     def _retry_in(self, seconds: float) -> None:
         self._cancel_retry()
@@ -639,7 +686,7 @@ class ChannelWorker:
             self._blocked = self.answered
         if plan.tier is None:
             if plan.retry_after is not None:
-                self._retry_in(plan.retry_after)
+                self._retry_in(plan.retry_after + self._reaction())
                 return
             self.answered = newest
             if plan.quiet and not second_look:
@@ -651,8 +698,7 @@ class ChannelWorker:
         if granted is None:
             return
         self.answered = newest
-        self._held = granted.claim_id
-        self._status, self._settling = None, granted.claim_id
+        self._hold(granted.claim_id)
         await self._read_memory()
         # The claim lapses at expires_at on the arbiter's clock; status.now was read on the same clock.
         lapses = None if granted.expires_at is None else read_at + granted.expires_at - status.now
@@ -691,7 +737,7 @@ class ChannelWorker:
         runtime.stats.refused_claims += 1
         # What it planned from was out of date (a claim moved the pool since the status was pushed): the next look
         # plans from the status the refusal came with, or asks afresh, rather than plan the same refusal again.
-        self._status = None
+        self._forget_status()
         if result.status is not None:
             self._on_status(result.status)
         _log.debug("persona=%s claim of %s refused: %s", self.persona.id, tier, result.reason)
@@ -705,7 +751,7 @@ class ChannelWorker:
             self._replanned = based_on
             self.wake()
         elif result.retry_after is not None:
-            self._retry_in(result.retry_after)
+            self._retry_in(result.retry_after + self._reaction())
         # Otherwise (the idle cap, a pause, a mute) only a new message can change things: wait for one.
         return None
 

@@ -85,6 +85,7 @@ async def test_first_frame_is_the_current_level(channel: Client, clock: FakeCloc
         "capacity": 100,
         "at": clock.value,
         "next_refund_at": clock.value - 1 + 4.0,
+        "refunds": [{"at": clock.value - 1 + 4.0, "amount": 5}],  # the level at any moment until it moves again
     }
 
 
