@@ -40,6 +40,7 @@ from arbiter.core.text import display_length, estimate_tokens, trim_to_length
 
 __all__ = (
     "EVENT_MODELS",
+    "FROM_THE_ARBITER",
     "MAX_MEMORY_TOKENS",
     "MAX_RECENT",
     "Amount",
@@ -218,6 +219,10 @@ class _Out(BaseModel):
 
 MAX_MEMORY_TOKENS = 400
 """The most a dialogue state may take, in tokens as ``estimate_tokens`` counts them."""
+
+FROM_THE_ARBITER: dict[str, bool] = {"from_the_arbiter": True}
+"""Validation context for what the arbiter sends (stream frames, notes stored): a dialogue state in it was checked
+against ``MAX_MEMORY_TOKENS`` when it came in, and is not counted again on each read."""
 MAX_MEMORY_ITEMS = 8  # open questions, or things agreed
 MAX_MEMORY_SPEAKERS = 12
 _MEMORY_LINE = 300  # characters of one item or note
@@ -242,7 +247,9 @@ class DialogueState(_In):
     speakers: list[SpeakerNote] = Field(default_factory=list, max_length=MAX_MEMORY_SPEAKERS)
 
     @model_validator(mode="after")
-    def _within_the_cap(self) -> DialogueState:
+    def _within_the_cap(self, info: ValidationInfo) -> DialogueState:
+        if info.context is FROM_THE_ARBITER:
+            return self  # checked when it came in; a persona reads its notes back far more often than it writes them
         tokens = memory_tokens(self)
         if tokens > MAX_MEMORY_TOKENS:
             raise PydanticCustomError(
@@ -735,7 +742,7 @@ _EVENT: TypeAdapter[ArbiterEvent] = TypeAdapter(ArbiterEvent)
 def parse_event(raw: str | bytes) -> ArbiterEvent:
     """One frame of the event stream as its model. Raises ``pydantic.ValidationError`` for a frame that is not
     one (of a kind this version does not know, the error's type is ``union_tag_invalid``)."""
-    return _EVENT.validate_json(raw)
+    return _EVENT.validate_json(raw, context=FROM_THE_ARBITER)
 
 
 # --- the multiplexed event stream (GET /v1/events) -------------------------------------------------------
@@ -801,4 +808,4 @@ _STREAM_FRAME: TypeAdapter[StreamFrame] = TypeAdapter(StreamFrame)
 
 def parse_stream_frame(raw: str | bytes) -> StreamFrame:
     """One frame of the multiplexed stream as its model (raises ``pydantic.ValidationError`` like ``parse_event``)."""
-    return _STREAM_FRAME.validate_json(raw)
+    return _STREAM_FRAME.validate_json(raw, context=FROM_THE_ARBITER)

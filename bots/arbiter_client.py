@@ -110,7 +110,7 @@ class ArbiterClient:
         if model is None or status == 204:
             return None
         try:
-            return model.model_validate_json(raw)
+            return model.model_validate_json(raw, context=wire.FROM_THE_ARBITER)
         except ValidationError as error:
             raise ArbiterUnavailable(f"{method} {url}: unexpected answer: {error}") from error
 

@@ -354,7 +354,9 @@ class ChannelWorker:
         if self._notes is None:
             return None
         seq, state = self._notes
-        return wire.MemoryUpdate(seq=seq, state=wire.DialogueState.model_validate_json(state))
+        return wire.MemoryUpdate(
+            seq=seq, state=wire.DialogueState.model_validate_json(state, context=wire.FROM_THE_ARBITER)
+        )
 
     @memory.setter
     def memory(self, memory: wire.MemoryUpdate | None) -> None:

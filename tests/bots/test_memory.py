@@ -3,10 +3,13 @@ the prompt shows them one fact per line; the offline stand-in keeps them by rule
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from arbiter import contract as wire
 from bots.llm.base import DecisionRequest, Turn
@@ -151,3 +154,15 @@ async def test_without_a_schema_the_offline_stand_in_keeps_no_notes() -> None:
     request = DecisionRequest(system="You are Aoi", turns=(Turn("user", "[Yuki (person)] hi"),))
     result = await ScriptedProvider(("Mm.", "Oh!", "Ah."), ("I see.",), seed=1).decide(request)
     assert result.decision.memory is None
+
+
+def test_the_cap_is_checked_where_notes_come_in_not_again_on_every_read() -> None:
+    over = {"speakers": [{"name": f"P{index}", "note": "x" * 290} for index in range(12)]}
+    with pytest.raises(ValidationError, match="more than the cap"):
+        wire.DialogueState.model_validate(over)  # what a persona sends (and what a model answers) is checked
+    # What the arbiter sends was checked when it came in: a persona reads it back without counting it again.
+    stored = {"channel_id": "c1", "persona": "hana", "seq": 3, "state": over, "updated_at": 1.0}
+    frame = json.dumps({"type": "memory", "channel_id": "c1", "persona": "hana", "memory": stored})
+    event = wire.parse_stream_frame(frame)
+    assert isinstance(event, wire.MemoryEvent) and event.memory is not None
+    assert [speaker.name for speaker in event.memory.state.speakers][-1] == "P11"
