@@ -601,11 +601,11 @@ class ChannelWorker:
     def _stow_status(self) -> None:
         """When the looks are over: a status kept for a retry is kept as its JSON; with no retry, none reads it."""
         pushed = self._status
-        if pushed is None or isinstance(pushed.status, str):
+        if pushed is None:
             return
         if self._retry is None:
             self._forget_status()
-        else:
+        elif not isinstance(pushed.status, str):
             self._status = replace(pushed, status=pushed.status.model_dump_json())
 
     async def _looks(self) -> None:

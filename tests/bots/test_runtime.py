@@ -1004,6 +1004,21 @@ async def test_a_quiet_worker_holds_no_task_and_a_busy_one_lets_it_go_when_done(
     await eventually(lambda: live.room.posts, what="a post")
     await eventually(lambda: runtime.join(channels[3]).idle, what="the turn over")
     await eventually(lambda: not turn_tasks(), what="the look's task gone with it")
+    # Nor the status it planned from: with no look to come, none would read it (a thousand channels' worth is MBs).
+    assert runtime.join(channels[3])._status is None
+
+
+async def test_a_worker_that_chose_silence_twice_keeps_no_status(live: Live) -> None:
+    shy = make_persona("aoi", talkativeness=0.0, extraversion=0.0, agreeableness=0.0)
+    runtime = await live.start(shy, scripted(shy), CHANNEL, seed=5)
+    await live.say(CHANNEL, "Nice weather today.")
+
+    # A silence is a cue too: it looks once more after a pause (the status kept for that look, as JSON), and stays
+    # quiet again. Then nothing is to come, and the status goes.
+    await eventually(lambda: runtime.stats.looks >= 2, what="a second look")
+    await eventually(lambda: runtime.join(CHANNEL).idle, what="the looks over")
+    assert runtime.stats.claims == 0
+    assert runtime.join(CHANNEL)._status is None
 
 
 async def test_the_personas_of_a_process_share_each_message_parsed_once(live: Live) -> None:
