@@ -476,19 +476,22 @@ class ChannelWorker:
         self._held = self._settling = claim_id
         self._forget_status()
 
-    def _pushed_status(self) -> wire.StatusView | None:
+    def _pushed_status(self) -> tuple[wire.StatusView, float] | None:
         """The pushed status, if it still holds: it has seen every message this worker has, and no verdict's wait
         has ended since but for the pool's, which the level events since and the refunds due move on. (A stale one
-        would cost at most a refused claim; an expired one could keep it silent.)"""
+        would cost at most a refused claim; an expired one could keep it silent.) With its age: how long before now
+        (on the arbiter's clock) it was so."""
         pushed = self._status
         now = self.runtime.clock()
         if pushed is None or pushed.last_seq < self.last_seq or now >= pushed.until:
             return None
-        return moved_on(pushed.view(), now + pushed.offset, self._level)
+        status = moved_on(pushed.view(), now + pushed.offset, self._level)
+        return None if status is None else (status, max(0.0, now + pushed.offset - status.now))
 
-    async def _current_status(self) -> wire.StatusView:
+    async def _current_status(self) -> tuple[wire.StatusView, float]:
         """The status to plan from: the one the stream pushed after the newest message (waiting a moment for it
-        when it is on its way), else read from the arbiter."""
+        when it is on its way), else read from the arbiter; and how long ago it was so (a pushed status planned from
+        after the persona's pause is that much older: its waits end that much sooner, its claim's lapse too)."""
         status = self._pushed_status()
         # The stream pushes a status after every new message: one newer than the last pushed means it is on its way.
         if status is None and 0 <= self._pushed_seq < self.last_seq and self._settling is None:
@@ -507,7 +510,7 @@ class ChannelWorker:
             self.runtime.stats.statuses_pushed += 1
             return status
         self.runtime.stats.statuses_read += 1
-        return await self.runtime.arbiter.status(self.channel_id)
+        return await self.runtime.arbiter.status(self.channel_id), 0.0
 
     def _on_event(self, event: wire.ArbiterEvent) -> None:
         match event:
@@ -656,7 +659,7 @@ class ChannelWorker:
 
     async def _turn(self) -> None:
         runtime = self.runtime
-        status = await self._current_status()
+        status, age = await self._current_status()
         read_at = runtime.clock()
         window = list(self.window)
         newest = window[-1].seq if window else 0
@@ -688,7 +691,7 @@ class ChannelWorker:
             self._blocked = self.answered
         if plan.tier is None:
             if plan.retry_after is not None:
-                self._retry_in(plan.retry_after + self._reaction())
+                self._retry_in(max(0.0, plan.retry_after - age) + self._reaction())
                 return
             self.answered = newest
             if plan.quiet and not second_look:
@@ -702,8 +705,8 @@ class ChannelWorker:
         self.answered = newest
         self._hold(granted.claim_id)
         await self._read_memory()
-        # The claim lapses at expires_at on the arbiter's clock; status.now was read on the same clock.
-        lapses = None if granted.expires_at is None else read_at + granted.expires_at - status.now
+        # The claim lapses at expires_at on the arbiter's clock; status.now + age was that clock at read_at.
+        lapses = None if granted.expires_at is None else read_at + granted.expires_at - (status.now + age)
         addressed_by = _addressing(self.persona.id, window) if self.persona.id in status.priority else None
         second_try = addressed_by is not None and self._must_answer == addressed_by
         spoke = False
