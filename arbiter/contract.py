@@ -220,12 +220,13 @@ class _Out(BaseModel):
 MAX_MEMORY_TOKENS = 400
 """The most a dialogue state may take, in tokens as ``estimate_tokens`` counts them."""
 
-FROM_THE_ARBITER: dict[str, bool] = {"from_the_arbiter": True}
-"""Validation context for what the arbiter sends (stream frames, notes stored): a dialogue state in it was checked
-against ``MAX_MEMORY_TOKENS`` when it came in, and is not counted again on each read."""
 MAX_MEMORY_ITEMS = 8  # open questions, or things agreed
 MAX_MEMORY_SPEAKERS = 12
 _MEMORY_LINE = 300  # characters of one item or note
+
+FROM_THE_ARBITER: dict[str, bool] = {"from_the_arbiter": True}
+"""Validation context for what the arbiter sends (stream frames, notes stored): a dialogue state in it was checked
+against ``MAX_MEMORY_TOKENS`` when it came in, and is not counted again on each read."""
 
 MemoryLine = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=_MEMORY_LINE), NoNul]
 

@@ -239,14 +239,13 @@ def release_result(state: ChannelState, now: float, outcome: Outcome) -> wire.Re
 
 
 def level_event(state: ChannelState, now: float) -> wire.LevelEvent:
-    refunds = _refunds(state, now)
     return wire.LevelEvent(
         channel_id=state.channel_id,
         level=rules.level(state, now),
         capacity=state.settings.capacity,
         at=now,
         next_refund_at=next_refund(state, now),
-        refunds=refunds,
+        refunds=_refunds(state, now),
     )
 
 

@@ -337,8 +337,8 @@ class ChannelWorker:
         self._memory_read = False  # read from the arbiter once, before the first generation (or heard of before)
         self._new_memory: wire.MemoryUpdate | None = None
         self._arrived = False  # the recent history is in (the stream's replay ended with the level)
-        # The persona's status here as the stream last pushed it (kept as its JSON, a tenth of its size parsed, until
-        # a look reads it), and a look waiting for the next one.
+        # The persona's status here as the stream last pushed it (parsed while a look is under way, as its JSON while
+        # the worker only waits to look again), and a look waiting for the next one.
         self._status: _Pushed | None = None
         self._level: wire.LevelEvent | None = None  # the latest level event while a status is kept: the pool since
         self._status_pushed: asyncio.Event | None = None
