@@ -28,6 +28,7 @@ from pydantic import (
 )
 from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
+from arbiter.core.ledger import wait_seconds
 from arbiter.core.limits import ID_PATTERN, LIMITS, MAX_NAME_LENGTH, MAX_SEQ, MAX_TEXT_LENGTH, MAX_TOPIC_LENGTH
 from arbiter.core.models import SETTING_BOUNDS, SETTINGS, TIER_SETTINGS, AuthorKind, RefusalReason, SpendState, Tier
 
@@ -115,6 +116,7 @@ __all__ = (
     "parse_event",
     "parse_stream_frame",
     "trim_to_length",
+    "wait_seconds",
 )
 
 

@@ -26,7 +26,6 @@ __all__ = (
     "level_event",
     "memory_view",
     "message_view",
-    "next_refund",
     "persona_view",
     "release_result",
     "settings_view",
@@ -106,16 +105,12 @@ def persona_view(info: PersonaInfo, *, kind: wire.MemberKind = "persona") -> wir
     )
 
 
-def next_refund(state: ChannelState, now: float) -> float | None:
-    schedule = rules.refund_schedule(state, now)
-    return schedule[0][0] if schedule else None
-
-
-def upcoming_refunds(state: ChannelState, now: float, limit: int = 10) -> list[tuple[float, int]]:
-    """The next refunds, those due within the same tenth of a second merged, at the last one's time (by then all of
-    it is back): enough to plan a turn, and to tell the level at any moment until the pool moves again."""
+def upcoming_refunds(schedule: list[tuple[float, int]], limit: int = 10) -> list[tuple[float, int]]:
+    """The next refunds of ``schedule`` (``rules.refund_schedule``), those due within the same tenth of a second
+    merged, at the last one's time (by then all of it is back): enough to plan a turn, and to tell the level at any
+    moment until the pool moves again."""
     merged: list[tuple[float, float, int]] = []  # (first due, last due, amount)
-    for at, amount in rules.refund_schedule(state, now):
+    for at, amount in schedule:
         if merged and at - merged[-1][0] < 0.1:
             first, _, total = merged[-1]
             merged[-1] = (first, at, total + amount)
@@ -126,8 +121,8 @@ def upcoming_refunds(state: ChannelState, now: float, limit: int = 10) -> list[t
     return [(last, amount) for _, last, amount in merged]
 
 
-def _refunds(state: ChannelState, now: float) -> list[wire.RefundView]:
-    return [wire.RefundView(at=at, amount=amount) for at, amount in upcoming_refunds(state, now)]
+def _refunds(schedule: list[tuple[float, int]]) -> list[wire.RefundView]:
+    return [wire.RefundView(at=at, amount=amount) for at, amount in upcoming_refunds(schedule)]
 
 
 def status_view(
@@ -166,7 +161,7 @@ def status_view(
         paused=settings.paused,
         topic=settings.topic,
         tiers=tiers,
-        refunds=_refunds(state, now),
+        refunds=_refunds(rules.refund_schedule(state, now)),
         bot_streak=state.bot_streak,
         idle_cap=settings.idle_cap,
         priority=sorted(priority.persona_ids) if priority else [],
@@ -239,13 +234,14 @@ def release_result(state: ChannelState, now: float, outcome: Outcome) -> wire.Re
 
 
 def level_event(state: ChannelState, now: float) -> wire.LevelEvent:
+    schedule = rules.refund_schedule(state, now)
     return wire.LevelEvent(
         channel_id=state.channel_id,
         level=rules.level(state, now),
         capacity=state.settings.capacity,
         at=now,
-        next_refund_at=next_refund(state, now),
-        refunds=_refunds(state, now),
+        next_refund_at=schedule[0][0] if schedule else None,
+        refunds=_refunds(schedule),
     )
 
 

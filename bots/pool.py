@@ -1,18 +1,17 @@
 """The pool between pushed statuses: a persona plans from the last status the stream pushed, moved on by the level
 events since and rolled forward along the refunds it lists (those due within a tenth of a second listed as one, at
-the last one's time). A claim that drained the pool and a refund that filled it
-again then need no status read: the pool is the last thing the arbiter checks, so while nothing else changed (the
-stream pushes a fresh status when something else does) a verdict for the pool follows from the level alone.
+the last one's time). A claim that drained the pool and a refund that filled it again then need no status read:
+the pool is the last thing the arbiter checks, so while nothing else changed (the stream pushes a fresh status when
+something else does) a verdict for the pool follows from the level alone.
 
 Pure: times are on the arbiter's clock, passed in.
 """
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
-from arbiter.contract import RefusalReason
+from arbiter.contract import RefusalReason, wait_seconds
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -33,7 +32,7 @@ def wait_for(level: int, capacity: int, refunds: Sequence[RefundView], cost: int
             break
         available += refund.amount
         if available >= cost:
-            return math.ceil(max(0.0, refund.at - now) * 1000) / 1000  # in ms, never before it is back
+            return wait_seconds(refund.at, now)
     return 0.0 if available >= cost else None
 
 

@@ -8,6 +8,7 @@ and are what most lookups are after, so they sit in their own short tuple.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right, insort
 from operator import attrgetter
 from typing import TYPE_CHECKING
@@ -17,10 +18,16 @@ from arbiter.core.models import Spend, SpendState
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ("active", "held_total", "place", "sort_spends", "split")
+__all__ = ("active", "held_total", "place", "sort_spends", "split", "wait_seconds")
 
 _REFUND_AT = attrgetter("refund_at")
 _COST = attrgetter("cost")
+
+
+def wait_seconds(moment: float, now: float) -> float:
+    """The wait from ``now`` until ``moment``, in whole milliseconds rounded up: a client that tries again after it
+    is never early (the rules' ``retry_after``, and a persona's own wait for a refund it knows of)."""
+    return math.ceil(max(0.0, moment - now) * 1000) / 1000
 
 
 def sort_spends(spends: Iterable[Spend]) -> tuple[Spend, ...]:

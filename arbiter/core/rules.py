@@ -7,7 +7,6 @@ A refusal leaves the state as it was. Errors (unknown claim, bad amount) raise `
 from __future__ import annotations
 
 import datetime as _dt
-import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -122,11 +121,6 @@ def _pending(state: ChannelState, now: float) -> list[Spend]:
     return pending
 
 
-def _seconds_until(moment: float, now: float) -> float:
-    """A wait in whole milliseconds, rounded up: a client that tries again after it is never early."""
-    return math.ceil(max(0.0, moment - now) * 1000) / 1000
-
-
 def _wait_for(state: ChannelState, cost: int, now: float, excluding: str | None) -> float | None:
     """Seconds until the pool can afford ``cost``; None if it never can."""
     capacity = state.settings.capacity
@@ -139,7 +133,7 @@ def _wait_for(state: ChannelState, cost: int, now: float, excluding: str | None)
             break
         available += spend.cost
         if available >= cost:
-            return _seconds_until(spend.refund_at, now)
+            return ledger.wait_seconds(spend.refund_at, now)
     return 0.0 if available >= cost else None
 
 
@@ -155,7 +149,7 @@ def utc_day(now: float) -> int:
 def _seconds_to_next_utc_day(now: float) -> float:
     day = _dt.date.fromordinal(utc_day(now) + 1)
     midnight = _dt.datetime(day.year, day.month, day.day, tzinfo=_dt.UTC).timestamp()
-    return _seconds_until(midnight, now)
+    return ledger.wait_seconds(midnight, now)
 
 
 def tokens_today(state: ChannelState, now: float) -> int:
@@ -313,7 +307,7 @@ def _floor_given(state: ChannelState, persona_id: str, now: float) -> Refusal | 
     return Refusal(
         RefusalReason.PRIORITY,
         f"{names} was addressed and has not answered yet; the others wait",
-        retry_after=_seconds_until(priority.until, now),
+        retry_after=ledger.wait_seconds(priority.until, now),
     )
 
 
@@ -326,7 +320,7 @@ def _floor_taken(state: ChannelState, persona_id: str, tier: Tier, now: float) -
         return Refusal(
             RefusalReason.PRIORITY,
             "a human has just spoken; only aizuchi for a moment",
-            retry_after=_seconds_until(state.last_human_at + hold, now),
+            retry_after=ledger.wait_seconds(state.last_human_at + hold, now),
         )
     return None
 
@@ -352,7 +346,7 @@ def _nodded(
         return Refusal(
             RefusalReason.NODDED,
             f"{first.persona_id} is already {what}",
-            retry_after=_seconds_until(first.refund_at, now),
+            retry_after=ledger.wait_seconds(first.refund_at, now),
         )
     return None
 
@@ -377,7 +371,7 @@ def _nod_first(state: ChannelState, persona_id: str, now: float, replacing: str 
     return Refusal(
         RefusalReason.NODDED,
         f"{first.persona_id} is nodding to the latest message; a remark waits a moment for it",
-        retry_after=_seconds_until(first.created_at + NOD_FIRST_S, now),
+        retry_after=ledger.wait_seconds(first.created_at + NOD_FIRST_S, now),
     )
 
 
