@@ -216,8 +216,18 @@ def _add_fleet_bench(benches: Any, personas_dir: object) -> None:
     fleet.add_argument("--channels", type=int, default=1000, help="channels every persona joins (default 1000)")
     fleet.add_argument("--rate", type=float, default=20.0, help="human messages a second, in all (default 20)")
     fleet.add_argument("--seconds", type=float, default=30.0, help="measured duration (default 30)")
-    fleet.add_argument("--warmup", type=float, default=5.0, help="seconds of talk before measuring (default 5)")
-    fleet.add_argument("--delay", type=float, default=0.0, help="the personas' base delay before a look (default 0)")
+    fleet.add_argument(
+        "--warmup",
+        type=float,
+        default=15.0,
+        help="seconds of talk before measuring, for the bots' conversations to reach their steady state (default 15)",
+    )
+    fleet.add_argument(
+        "--delay",
+        type=float,
+        help="the personas' base pause before a look, in seconds (default: as they run, 1.5; the latency is measured"
+        " without it; 0 makes every persona look at once)",
+    )
     fleet.add_argument("--latency", type=float, default=0.5, help="the scripted provider's seconds per request")
     fleet.add_argument("--database", choices=["sqlite", "postgres"], default="sqlite")
     fleet.add_argument(

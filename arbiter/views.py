@@ -56,7 +56,8 @@ def memory_view(memory: Memory) -> wire.MemoryView:
         channel_id=memory.channel_id,
         persona=memory.persona_id,
         seq=memory.seq,
-        state=wire.DialogueState.model_validate(memory.state),
+        # Stored only once checked against the cap, as it came in: not counted again on every read.
+        state=wire.DialogueState.model_validate(memory.state, context=wire.FROM_THE_ARBITER),
         updated_at=memory.updated_at,
     )
 

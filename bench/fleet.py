@@ -14,8 +14,10 @@ It prints, over the measured window:
   joined to after, divided by the channels;
 - p50 / p99 from a person's message to the first persona's claim decision in its channel: the time from sending
   the message (so its commit is included) to the first plan made after it (a claim about to be sent, or none),
-  told by the runtime's ``on_decision`` hook. Personas wait ``--delay`` before they look, as a person reads before
-  answering (1.5 s by default in production): the default here is 0, so what is measured is the system's latency.
+  told by the runtime's ``on_decision`` hook. Personas pause before they look, as a person reads before answering
+  (``--delay``, by default as they run: 1.5 s for a persona of average temperament, jittered); the pause is theirs,
+  not the system's delay, so it is left out: from the message, or from when the look was due if it was under way
+  already. The same with the pause in is printed too; ``--delay 0`` has every persona look at once.
 - status requests per human message: looks that had to ask for the status instead of using the pushed one.
 """
 
@@ -29,8 +31,7 @@ import statistics
 import tempfile
 import time
 from array import array
-from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,12 +43,11 @@ from bots.frames import FrameCache
 from bots.llm.scripted import ScriptedProvider
 from bots.persona import load_personas
 from bots.platforms.memory import MemoryRoom
-from bots.runtime import PersonaRuntime, RuntimeConfig
+from bots.runtime import LookPlanned, PersonaRuntime, RuntimeConfig
 
 if TYPE_CHECKING:
     import argparse
 
-    from arbiter.contract import Tier
     from bots.persona import Persona
 
 __all__ = ("run_benchmark",)
@@ -80,30 +80,70 @@ def _tcp_sockets(pid: int) -> int:
     return count
 
 
-@dataclass
-class Decisions:
-    """Every plan the personas made, per channel: the newest seq they had seen and when, one after the other in an
-    array of doubles (16 bytes a plan: kept as tuples, tens of thousands of plans were a KiB of the memory per
-    channel the benchmark reports as the personas')."""
+class FirstDecisions:
+    """For each person's message, the first persona's plan after it, and how long it took: from sending the message
+    to the plan, less the part of the persona's own pause that fell after the message (a person's moment of reading
+    is the persona's choice, not the system's delay; a look already under way when the message came counts from
+    when it was due, or from the message if that was later).
 
-    by_channel: defaultdict[str, array[float]] = field(default_factory=lambda: defaultdict(lambda: array("d")))
+    Kept as it goes, not as a record of every plan: a plan is kept only while a message in its channel waits for its
+    seq (its request is in flight; the stream can bring the plan first), and a message only until its first plan.
+    What is kept must not grow with the talk: the benchmark reports this process's memory as the personas'."""
 
-    def record(self, channel_id: str, seq: int, _tier: Tier | None) -> None:
-        self.by_channel[channel_id].extend((seq, time.monotonic()))
+    def __init__(self) -> None:
+        self._clock = asyncio.get_running_loop().time  # the runtimes' clock
+        self._inflight: dict[str, list[tuple[LookPlanned, float]]] = {}  # plans (and when) made while a message's
+        # request is in flight
+        self._sending: dict[str, int] = {}  # requests in flight, by channel
+        self._waiting: dict[str, list[tuple[int, float]]] = {}  # (seq, sent) of messages with no plan yet
+        self._sent = array("d")  # each message's send time, in the order of the latencies
+        self.latencies = array("d")  # ms, the pause excluded, by message as each is decided
+        self.as_seen = array("d")  # ms, the pause included
 
-    def first_after(self, channel_id: str, seq: int, sent: float) -> float | None:
-        plans = self.by_channel.get(channel_id, array("d"))
-        return min(
-            (at for newest, at in zip(plans[::2], plans[1::2], strict=True) if newest >= seq and at >= sent),
-            default=None,
-        )
+    def now(self) -> float:
+        return self._clock()
 
+    def record(self, look: LookPlanned) -> None:
+        at = self._clock()
+        plans = self._inflight.get(look.channel_id)
+        if plans is not None:
+            plans.append((look, at))
+        waiting = self._waiting.get(look.channel_id)
+        if waiting:
+            still = [(seq, sent) for seq, sent in waiting if not self._decided(seq, sent, look, at)]
+            if still:
+                self._waiting[look.channel_id] = still
+            else:
+                del self._waiting[look.channel_id]
 
-@dataclass
-class Said:
-    channel_id: str
-    seq: int
-    sent: float
+    def sending(self, channel_id: str) -> None:
+        self._sending[channel_id] = self._sending.get(channel_id, 0) + 1
+        self._inflight.setdefault(channel_id, [])
+
+    def sent(self, channel_id: str, seq: int | None, sent: float) -> None:
+        """A message's request came back: its seq, or None if it failed."""
+        plans = self._inflight[channel_id]
+        self._sending[channel_id] -= 1
+        if not self._sending[channel_id]:
+            del self._sending[channel_id], self._inflight[channel_id]
+        if seq is not None and not any(self._decided(seq, sent, look, at) for look, at in plans):
+            self._waiting.setdefault(channel_id, []).append((seq, sent))
+
+    def _decided(self, seq: int, sent: float, look: LookPlanned, at: float) -> bool:
+        if look.seq < seq or at < sent:
+            return False
+        intended = max(sent, min(look.due, sent + look.pause))
+        self._sent.append(sent)
+        self.latencies.append((at - intended) * 1000)
+        self.as_seen.append((at - sent) * 1000)
+        return True
+
+    def between(self, start: float, end: float) -> tuple[list[float], list[float], int]:
+        """The latencies of the messages sent from ``start`` to ``end``, sorted (the pause excluded, then included),
+        and how many of those messages no plan followed."""
+        chosen = [i for i, sent in enumerate(self._sent) if start <= sent < end]
+        undecided = sum(1 for waiting in self._waiting.values() for _, sent in waiting if start <= sent < end)
+        return sorted(self.latencies[i] for i in chosen), sorted(self.as_seen[i] for i in chosen), undecided
 
 
 async def _people(
@@ -113,7 +153,7 @@ async def _people(
     *,
     rate: float,
     stop: asyncio.Event,
-    said: list[Said],
+    decisions: FirstDecisions,
 ) -> None:
     """Messages at ``rate`` a second on average (Poisson), each to a random channel, each its own request."""
     rng = random.Random(11)
@@ -122,12 +162,15 @@ async def _people(
     count = 0
 
     async def say(channel: str, text: str) -> None:
-        sent = time.monotonic()
+        decisions.sending(channel)
+        sent, seq = decisions.now(), None
         body = {"author_id": "person", "author_name": "Person", "text": text}
-        async with session.post(f"{base}/v1/channels/{channel}/messages", json=body, headers=admin) as response:
-            response.raise_for_status()
-            seq = (await response.json())["seq"]
-        said.append(Said(channel, seq, sent))
+        try:
+            async with session.post(f"{base}/v1/channels/{channel}/messages", json=body, headers=admin) as response:
+                response.raise_for_status()
+                seq = (await response.json())["seq"]
+        finally:
+            decisions.sent(channel, seq, sent)
 
     while not stop.is_set():
         count += 1
@@ -155,6 +198,9 @@ class Result:
     persona_kib_per_channel: float
     p50_ms: float
     p99_ms: float
+    seen_p50_ms: float
+    seen_p99_ms: float
+    delay: float
     undecided: int
     status_reads_per_message: float
     claims_per_message: float
@@ -174,8 +220,10 @@ class Result:
             ("sockets the arbiter holds", f"{self.arbiter_sockets}"),
             ("memory per channel (both)", f"{self.memory_kib_per_channel:.1f} KiB"),
             ("  arbiter / personas", f"{self.arbiter_kib_per_channel:.1f} / {self.persona_kib_per_channel:.1f} KiB"),
+            ("personas' pause before a look", f"{self.delay:g} s (base)"),
             ("message -> first decision p50", f"{self.p50_ms:.1f} ms"),
             ("message -> first decision p99", f"{self.p99_ms:.1f} ms"),
+            ("  the same, the pause included", f"{self.seen_p50_ms:.0f} / {self.seen_p99_ms:.0f} ms (p50 / p99)"),
             ("messages with no decision", f"{self.undecided}"),
             ("status requests per message", f"{self.status_reads_per_message:.3f}"),
             ("claims (refused) per message", f"{self.claims_per_message:.2f} ({self.refused_per_message:.2f})"),
@@ -193,7 +241,7 @@ async def _start_personas(
     base: str,
     tokens: dict[str, str],
     *,
-    decisions: Decisions,
+    decisions: FirstDecisions,
 ) -> list[PersonaRuntime]:
     """The personas' runtimes in this process, as a fleet runs them: one cache of parsed frames for all."""
     room = MemoryRoom()
@@ -233,37 +281,37 @@ async def _measure(args: argparse.Namespace, database: str, url: str) -> Result:
             await asyncio.gather(*(create(name) for name in names))
             arbiter_before, persona_before = _rss_kib(pid), _rss_kib(os.getpid())
 
-            decisions = Decisions()
+            decisions = FirstDecisions()
             runtimes = await _start_personas(args, personas, session, base, tokens, decisions=decisions)
             joined = time.monotonic()
             await asyncio.gather(*(runtime.join(name).ready() for runtime in runtimes for name in names))
             print(f"  {len(runtimes)} personas joined {len(names):,} channels in {time.monotonic() - joined:.1f}s")
 
             stop = asyncio.Event()
-            said: list[Said] = []
-            people = asyncio.create_task(_people(session, base, names, rate=args.rate, stop=stop, said=said))
+            people = asyncio.create_task(_people(session, base, names, rate=args.rate, stop=stop, decisions=decisions))
             await asyncio.sleep(args.warmup)
-            first = len(said)
+            window_start = decisions.now()
             reads_before = sum(r.stats.statuses_read for r in runtimes)
             counts_before = _counts(runtimes)
             machine_before, cpu_before, started = _Reading.take(pid), time.process_time(), time.monotonic()
             await asyncio.sleep(args.seconds)
             elapsed = time.monotonic() - started
             machine_after, cpu_after = _Reading.take(pid), time.process_time()
-            measured = said[first:]
+            window_end = decisions.now()
             reads = sum(r.stats.statuses_read for r in runtimes) - reads_before
             claims, refused, posts = (now - then for now, then in zip(_counts(runtimes), counts_before, strict=True))
             arbiter_after, persona_after = _rss_kib(pid), _rss_kib(os.getpid())
             sockets = _tcp_sockets(pid)
             streams = sum(r.follower.connections for r in runtimes)
-            await asyncio.sleep(1.0)  # decisions on the last messages
+            await asyncio.sleep(1.0 + 2 * args.delay)  # decisions on the last messages, after the personas' pauses
             stop.set()
             await people
             for runtime in runtimes:
                 await runtime.close()
 
-    latencies, undecided = _latencies(measured, decisions)
-    count = max(1, len(measured))
+    latencies, as_seen, undecided = decisions.between(window_start, window_end)
+    measured = len(latencies) + undecided
+    count = max(1, measured)
     usage = Usage.between(machine_before, machine_after)
     arbiter_kib = (arbiter_after - arbiter_before) / args.channels
     persona_kib = (persona_after - persona_before) / args.channels
@@ -273,7 +321,7 @@ async def _measure(args: argparse.Namespace, database: str, url: str) -> Result:
         channels=args.channels,
         rate=args.rate,
         seconds=elapsed,
-        human_messages=len(measured),
+        human_messages=measured,
         arbiter_cpu_ms=float("nan") if usage.cpu_seconds is None else usage.cpu_seconds / count * 1000,
         persona_cpu_ms=(cpu_after - cpu_before) / count * 1000,
         arbiter_sockets=sockets,
@@ -281,8 +329,11 @@ async def _measure(args: argparse.Namespace, database: str, url: str) -> Result:
         memory_kib_per_channel=arbiter_kib + persona_kib,
         arbiter_kib_per_channel=arbiter_kib,
         persona_kib_per_channel=persona_kib,
-        p50_ms=statistics.median(latencies) if latencies else float("nan"),
-        p99_ms=latencies[max(0, int(len(latencies) * 0.99) - 1)] if latencies else float("nan"),
+        p50_ms=_percentile(latencies, 0.5),
+        p99_ms=_percentile(latencies, 0.99),
+        seen_p50_ms=_percentile(as_seen, 0.5),
+        seen_p99_ms=_percentile(as_seen, 0.99),
+        delay=args.delay,
         undecided=undecided,
         status_reads_per_message=reads / count,
         claims_per_message=claims / count,
@@ -302,23 +353,19 @@ def _counts(runtimes: list[PersonaRuntime]) -> tuple[int, int, int]:
     )
 
 
-def _latencies(measured: list[Said], decisions: Decisions) -> tuple[list[float], int]:
-    """Milliseconds from each message to the first decision after it, sorted; and how many had none."""
-    latencies: list[float] = []
-    undecided = 0
-    for message in measured:
-        at = decisions.first_after(message.channel_id, message.seq, message.sent)
-        if at is None:
-            undecided += 1
-        else:
-            latencies.append((at - message.sent) * 1000)
-    return sorted(latencies), undecided
+def _percentile(ordered: list[float], share: float) -> float:
+    if not ordered:
+        return float("nan")
+    return statistics.median(ordered) if share == 0.5 else ordered[max(0, int(len(ordered) * share) - 1)]
 
 
 async def run_benchmark(args: argparse.Namespace) -> int:
+    if args.delay is None:
+        args.delay = RuntimeConfig().base_delay_s
     print(
         f"aizuchi bench fleet: {args.personas} personas x {args.channels:,} channels, {args.rate:g} human messages/s,"
-        f" {args.seconds:g}s measured after {args.warmup:g}s, cpu count {os.cpu_count()}, load {os.getloadavg()[0]:.1f}"
+        f" {args.seconds:g}s measured after {args.warmup:g}s, pause {args.delay:g}s,"
+        f" cpu count {os.cpu_count()}, load {os.getloadavg()[0]:.1f}"
     )
     with tempfile.TemporaryDirectory() as scratch:
         dropped: tuple[str, str] | None = None

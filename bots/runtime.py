@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from bots.persona import Persona
     from bots.platforms.base import Platform
 
-__all__ = ("ChannelWorker", "PersonaRuntime", "RuntimeConfig", "RuntimeStats")
+__all__ = ("ChannelWorker", "LookPlanned", "PersonaRuntime", "RuntimeConfig", "RuntimeStats")
 
 _log = logging.getLogger(__name__)
 
@@ -108,6 +108,17 @@ class RuntimeStats:
             self.prompt_tokens += usage.prompt_tokens
             self.completion_tokens += usage.completion_tokens
             self.prompt_sizes.append(usage.prompt_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class LookPlanned:
+    """A look's plan, as it is made (``PersonaRuntime``'s ``on_decision`` hook, for measuring)."""
+
+    channel_id: str
+    seq: int  # the newest message it had seen
+    tier: Tier | None  # what it is about to claim, or None for no claim now
+    due: float  # when the look was meant to be (the runtime's clock): once the persona's pause was over
+    pause: float  # that pause: the moment it took on purpose, as a person reads before answering
 
 
 @dataclass
@@ -191,10 +202,10 @@ class PersonaRuntime:
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         tools: ToolHost | None = None,
-        on_decision: Callable[[str, int, Tier | None], None] | None = None,
+        on_decision: Callable[[LookPlanned], None] | None = None,
     ) -> None:
-        """``on_decision(channel_id, seq, tier)``: told of every look's plan as it is made (the tier it claims, or
-        None for no claim now), before the claim goes out; for measuring (``aizuchi bench fleet``)."""
+        """``on_decision``: told of every look's plan as it is made, before the claim goes out; for measuring
+        (``aizuchi bench fleet``)."""
         self.persona = persona
         self.provider = provider
         self.tools = tools  # its MCP servers' tools, connected (None or empty: a decision alone, one request)
@@ -613,7 +624,9 @@ class ChannelWorker:
 
     async def _looks(self) -> None:
         while self._woken:
-            await self.runtime.sleep(self._delay())
+            pause = self._delay()
+            due = self.runtime.clock() + pause
+            await self.runtime.sleep(pause)
             self._woken = False  # whatever arrived during the pause is in the window now
             if not self._pending():
                 continue
@@ -627,7 +640,7 @@ class ChannelWorker:
             self._cancel_retry()  # this look supersedes any look scheduled before
             self._turning = True
             try:
-                await self._turn()
+                await self._turn(due, pause)
             except asyncio.CancelledError:
                 raise
             except BotError as error:
@@ -657,7 +670,7 @@ class ChannelWorker:
         self._retry = None
         self.wake()
 
-    async def _turn(self) -> None:
+    async def _turn(self, due: float, pause: float) -> None:
         runtime = self.runtime
         status, age = await self._current_status()
         read_at = runtime.clock()
@@ -670,7 +683,7 @@ class ChannelWorker:
         second_look = self._second_look == newest
         plan = plan_turn(self.persona, status, window, runtime.rng, intent=intent, second_look=second_look)
         if runtime.on_decision is not None:
-            runtime.on_decision(self.channel_id, newest, plan.tier)
+            runtime.on_decision(LookPlanned(self.channel_id, newest, plan.tier, due, pause))
         self._intent = (thread, plan.wanted) if plan.wanted is not None else None
         self._floor_wait = plan.floor
         _log.debug(

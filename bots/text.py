@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from difflib import SequenceMatcher
@@ -169,6 +170,9 @@ def _without_dangling_words(head: str) -> str:
     return " ".join(words).rstrip(_WIDE_CLAUSE_MARKS + _NARROW_CLAUSE_MARKS + " -")
 
 
+# Each line is compared with every line of a persona's window and its own recent lines, at each of its turns: the
+# same few hundred lines over and over.
+@functools.lru_cache(maxsize=1024)
 def _normal(text: str) -> str:
     """The words of ``text`` without case, width or punctuation; for a line of emoji only, its emoji (a nod of
     👍 says something, and says the same as another 👍)."""
@@ -188,12 +192,18 @@ def repeats(text: str, earlier: Iterable[str]) -> bool:
         other_normal = _normal(other)
         if normal == other_normal:
             return True
-        if min(len(normal), len(other_normal)) >= 12:
-            matcher = SequenceMatcher(None, normal, other_normal)
-            # The quick ratios are upper bounds of the ratio: most lines are told apart without computing it.
-            if matcher.real_quick_ratio() > 0.85 and matcher.quick_ratio() > 0.85 and matcher.ratio() > 0.85:
-                return True
+        if min(len(normal), len(other_normal)) >= 12 and _nearly_same(normal, other_normal):
+            return True
     return False
+
+
+def _nearly_same(a: str, b: str) -> bool:
+    """difflib's ratio above 0.85, its upper bounds tried first: most lines are told apart by their lengths alone
+    (``real_quick_ratio``, reckoned here before a matcher indexes ``b``), most others by their characters."""
+    if 2.0 * min(len(a), len(b)) / (len(a) + len(b)) <= 0.85:
+        return False
+    matcher = SequenceMatcher(None, a, b)
+    return matcher.quick_ratio() > 0.85 and matcher.ratio() > 0.85
 
 
 # Joiners, variation selectors and skin tones that glue emoji sequences together.

@@ -83,7 +83,7 @@ class ToolLoopWorker(ChannelWorker):
         # The reference started a loop as soon as a message arrived; a small jitter keeps agents apart.
         return self.runtime.rng.uniform(0.05, 0.3) * self.runtime.config.base_delay_s
 
-    async def _turn(self) -> None:
+    async def _turn(self, due: float, pause: float) -> None:
         runtime = self.runtime
         self.answered = self.window[-1].seq if self.window else self.answered
         status = await runtime.arbiter.status(self.channel_id)

@@ -550,16 +550,13 @@ def update_messages(conn: Connection, changed: Sequence[Message]) -> None:
 
 
 def message(conn: Connection, channel_id: str, seq: int) -> Message | None:
-    row = (conn.execute(select(messages).where(messages.c.channel_id == channel_id, messages.c.seq == seq))).first()
-    return None if row is None else _message_from(row)
+    rows = _MESSAGE.rows(conn, {"channel_id": channel_id, "seq": seq})
+    return _message_from(rows[0]) if rows else None
 
 
 def message_by_platform_id(conn: Connection, channel_id: str, platform_message_id: str) -> Message | None:
-    query = select(messages).where(
-        messages.c.channel_id == channel_id, messages.c.platform_message_id == platform_message_id
-    )
-    row = (conn.execute(query)).first()
-    return None if row is None else _message_from(row)
+    rows = _MESSAGE_BY_PLATFORM_ID.rows(conn, {"channel_id": channel_id, "platform_message_id": platform_message_id})
+    return _message_from(rows[0]) if rows else None
 
 
 def history(conn: Connection, channel_id: str, after: int, limit: int) -> list[Message]:
@@ -574,6 +571,16 @@ def recent_history(conn: Connection, channel_id: str, limit: int) -> list[Messag
     return [_message_from(row) for row in reversed(rows)]
 
 
+# Read in the writer on every link of a post to its platform message (and on edits, deletions, retractions).
+_MESSAGE = _DriverQuery(
+    select(messages).where(messages.c.channel_id == bindparam("channel_id"), messages.c.seq == bindparam("seq"))
+)
+_MESSAGE_BY_PLATFORM_ID = _DriverQuery(
+    select(messages).where(
+        messages.c.channel_id == bindparam("channel_id"),
+        messages.c.platform_message_id == bindparam("platform_message_id"),
+    )
+)
 _HISTORY = _DriverQuery(
     select(messages)
     .where(messages.c.channel_id == bindparam("channel_id"), messages.c.seq > bindparam("after"), _visible)
