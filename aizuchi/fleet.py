@@ -11,12 +11,11 @@ from typing import TYPE_CHECKING
 
 from aizuchi.errors import SetupError
 from bots.arbiter_client import ArbiterClient
-from bots.frames import FrameCache
 from bots.llm.base import LLMAuthError
 from bots.llm.profiles import ProviderProfile, create_provider, load_profiles, required_key
 from bots.mcp_host import open_tools
 from bots.persona import Persona, load_personas
-from bots.runtime import PersonaRuntime
+from bots.runtime import PersonaRuntime, personas_stream
 from bots.tool_loop import ToolLoopRuntime
 
 if TYPE_CHECKING:
@@ -24,6 +23,7 @@ if TYPE_CHECKING:
 
     import aiohttp
 
+    from bots.follower import StreamFollower
     from bots.platforms.base import Platform
     from bots.settings import BotsSettings
 
@@ -35,6 +35,7 @@ _log = logging.getLogger(__name__)
 @dataclass
 class Fleet:
     runtimes: dict[str, PersonaRuntime] = field(default_factory=dict)
+    stream: StreamFollower | None = None  # the personas' one event stream, closed after them
 
     def join(self, channel_id: str) -> None:
         """Every persona takes part in ``channel_id`` (from now on)."""
@@ -55,6 +56,8 @@ class Fleet:
         for runtime in self.runtimes.values():
             await runtime.close()
             await runtime.provider.aclose()
+        if self.stream is not None:
+            await self.stream.close()
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,12 @@ async def open_fleet(
     Call each runtime's ``start()`` once the arbiter can be reached (and, on Discord, once the persona's
     account is known), then ``join`` channels."""
     fleet = Fleet()
-    frames = FrameCache()  # one parse of each stream frame for all the personas (they follow the same channels)
+    clients = {persona.id: ArbiterClient(session, arbiter_url, tokens[persona.id]) for persona in cast.personas}
+    if cast.personas:
+        # One event stream for all the personas (they follow the same channels): opened with the first one's token,
+        # acting for the others'.
+        first, *others = cast.personas
+        fleet.stream = personas_stream(clients[first.id], tokens=[tokens[p.id] for p in others])
     # The MCP sessions close after the runtimes stop (the stack unwinds after the finally below).
     async with contextlib.AsyncExitStack() as sessions:
         try:
@@ -140,10 +148,11 @@ async def open_fleet(
                 runtime = kind(
                     persona,
                     provider,
-                    ArbiterClient(session, arbiter_url, tokens[persona.id], frames=frames),
+                    clients[persona.id],
                     platform(persona),
                     rng=random.Random(),
                     tools=tools,
+                    follower=fleet.stream,
                 )
                 fleet.runtimes[persona.id] = runtime
                 _log.info("persona %s (%s) runs on profile %s", persona.id, persona.display_name, profile.name)

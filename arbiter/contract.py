@@ -28,7 +28,6 @@ from pydantic import (
 )
 from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
-from arbiter.core.ledger import wait_seconds
 from arbiter.core.limits import ID_PATTERN, LIMITS, MAX_NAME_LENGTH, MAX_SEQ, MAX_TEXT_LENGTH, MAX_TOPIC_LENGTH
 from arbiter.core.models import SETTING_BOUNDS, SETTINGS, TIER_SETTINGS, AuthorKind, RefusalReason, SpendState, Tier
 
@@ -63,6 +62,7 @@ __all__ = (
     "EndedEvent",
     "ErrorBody",
     "ErrorDetail",
+    "EventType",
     "Health",
     "HistoryPage",
     "Id",
@@ -97,6 +97,7 @@ __all__ = (
     "SpeakResult",
     "SpeakerNote",
     "SpendState",
+    "StatusAsk",
     "StatusEvent",
     "StatusView",
     "StreamCommand",
@@ -107,6 +108,7 @@ __all__ = (
     "TierPatch",
     "TierSettings",
     "TierView",
+    "Token",
     "UsageReport",
     "UsageResult",
     "Verdict",
@@ -116,7 +118,6 @@ __all__ = (
     "parse_event",
     "parse_stream_frame",
     "trim_to_length",
-    "wait_seconds",
 )
 
 
@@ -760,34 +761,65 @@ MAX_RECENT = 200
 
 class Subscribe(_In):
     """Follow one channel: with ``after``, the messages after that seq replayed first (a client that resumes);
-    with ``recent``, the channel's last ``recent`` messages (a client that arrives); with neither, live only."""
+    with ``recent``, the channel's last ``recent`` messages (a client that arrives); with both, from whichever of
+    the two starts earlier (one stream for several personas, some resuming and some arriving); with neither, live
+    only."""
 
     channel: Id
     after: Seq | None = None
     recent: Annotated[StrictInt, Field(ge=1, le=MAX_RECENT)] | None = None
 
-    @model_validator(mode="after")
-    def _one_start(self) -> Subscribe:
-        if self.after is not None and self.recent is not None:
-            raise ValueError("give after or recent, not both")
-        return self
+
+EventType: TypeAlias = Literal[
+    "message", "level", "claim", "retracted", "edited", "deleted", "settings", "cleared", "memory"
+]
+"""The ``type`` of each kind of channel event."""
+
+Token = Annotated[str, StringConstraints(min_length=1, max_length=512)]
+
+
+class StatusAsk(_In):
+    """A persona's status of a channel, asked on the multiplexed stream: the answer is a ``StatusEvent``."""
+
+    channel: Id
+    persona: Id | None = Field(
+        None, description="whose status: a persona the stream acts for (by default, the one whose token opened it)"
+    )
 
 
 class StreamCommand(_In):
     """A client's frame on the multiplexed stream: channels to follow (subscribing to one already followed
-    starts it again from the new point) and channels to stop following."""
+    starts it again from the new point) and channels to stop following; personas the stream acts for; statuses to
+    send now; and kinds of events the client does without."""
 
     subscribe: list[Subscribe] = Field(default_factory=list, max_length=5_000)
     unsubscribe: list[Id] = Field(default_factory=list, max_length=5_000)
+    tokens: list[Token] = Field(
+        default_factory=list,
+        max_length=64,
+        description="bearer tokens of more personas this stream acts for (a process of several personas follows"
+        " their channels on one stream): their statuses may be asked on it",
+    )
+    status: list[StatusAsk] = Field(
+        default_factory=list,
+        max_length=5_000,
+        description="statuses to send now, each as a status frame (a persona asks as it is about to look at its turn)",
+    )
+    skip: list[EventType] | None = Field(
+        None,
+        description="kinds of channel events not to send from now on (every kind until a command says otherwise;"
+        " an empty list sends every kind again); the level that ends a subscription's replay is sent all the same",
+    )
 
 
 class StatusEvent(_Out):
-    """The channel's status as the stream's persona sees it (as GET status answers it), pushed after each change
-    that can move it (a message, a claim, the level, the settings), once per burst of them. Its verdicts hold at
-    ``status.now``: a ``retry_after`` says when one may change with no event (a floor or a wait that ends)."""
+    """A persona's status of a channel as GET status answers it, sent when asked (``StreamCommand.status``). Its
+    verdicts hold at ``status.now``: a ``retry_after`` says when one may change with no event (a floor or a wait
+    that ends)."""
 
     type: Literal["status"] = "status"
     channel_id: str
+    persona: str
     status: StatusView
 
 

@@ -40,8 +40,8 @@ class ChannelFeed:
 
     With ``after``: the messages after that seq, replayed, then the channel's level, then every event as it
     happens. With ``recent``: the same from ``recent`` messages before the channel's last seq when the feed starts
-    (a client that arrives and wants some context). With neither: the level, then every event as it happens,
-    messages from the channel's last seq on.
+    (a client that arrives and wants some context); with both, from whichever starts earlier. With neither: the
+    level, then every event as it happens, messages from the channel's last seq on.
     """
 
     # One per client and channel followed: a persona process in a thousand channels has a thousand per persona.
@@ -83,8 +83,9 @@ class ChannelFeed:
             self._subscription.close()
             raise
         self._start_seq = last_seq
-        if self._recent is not None and self._after is None:
-            self._after = self.last_seq = max(0, last_seq - self._recent)
+        if self._recent is not None:
+            start = max(0, last_seq - self._recent)
+            self._after = self.last_seq = start if self._after is None else min(self._after, start)
         return self
 
     async def __aexit__(self, *_exc: object) -> None:

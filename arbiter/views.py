@@ -1,7 +1,7 @@
 """The wire views of the core's records: what the API, the room and the event stream show. Pure.
 
 The status a persona reads carries, per tier, the core's own verdict on a claim by that persona now
-(``check_turn``): the personas plan from it and keep no copy of the rules.
+(``rules.verdicts``, which is ``check_turn`` for each tier): the personas plan from it and keep no copy of the rules.
 """
 
 from __future__ import annotations
@@ -140,8 +140,9 @@ def status_view(
         held = state.claim_of(persona_id, now)
         claim = None if held is None else claim_view(held, now)
     tiers = {}
+    found = {} if persona_id is None else rules.verdicts(state, persona_id, now)
     for tier, rule in settings.tiers.items():
-        verdict = None if persona_id is None else rules.check_turn(state, persona_id, tier, rule.cost, now)
+        verdict = found.get(tier)
         tiers[tier] = wire.TierView(
             cost=rule.cost,
             max_length=rule.max_length,

@@ -39,11 +39,10 @@ import aiohttp
 
 from bench.arbiter_load import ADMIN, Usage, _arbiter_process, _drop_postgres, _Reading, _scratch_postgres
 from bots.arbiter_client import ArbiterClient
-from bots.frames import FrameCache
 from bots.llm.scripted import ScriptedProvider
 from bots.persona import load_personas
 from bots.platforms.memory import MemoryRoom
-from bots.runtime import LookPlanned, PersonaRuntime, RuntimeConfig
+from bots.runtime import LookPlanned, PersonaRuntime, RuntimeConfig, personas_stream
 
 if TYPE_CHECKING:
     import argparse
@@ -243,18 +242,21 @@ async def _start_personas(
     *,
     decisions: FirstDecisions,
 ) -> list[PersonaRuntime]:
-    """The personas' runtimes in this process, as a fleet runs them: one cache of parsed frames for all."""
+    """The personas' runtimes in this process, as a fleet runs them: on one event stream."""
     room = MemoryRoom()
-    frames = FrameCache()
+    config = RuntimeConfig(base_delay_s=args.delay)
+    clients = [ArbiterClient(session, base, tokens[persona.id]) for persona in personas]
+    stream = personas_stream(clients[0], tokens=[tokens[p.id] for p in personas[1:]], config=config)
     runtimes: list[PersonaRuntime] = []
-    for index, persona in enumerate(personas):
+    for index, (persona, client) in enumerate(zip(personas, clients, strict=True)):
         runtime = PersonaRuntime(
             persona,
             ScriptedProvider.for_persona(persona, seed=index, latency_s=args.latency),
-            ArbiterClient(session, base, tokens[persona.id], frames=frames),
+            client,
             room.platform(persona.id),
-            config=RuntimeConfig(base_delay_s=args.delay),
+            config=config,
             rng=random.Random(index),
+            follower=stream,
             on_decision=decisions.record,
         )
         await runtime.start()
@@ -302,12 +304,13 @@ async def _measure(args: argparse.Namespace, database: str, url: str) -> Result:
             claims, refused, posts = (now - then for now, then in zip(_counts(runtimes), counts_before, strict=True))
             arbiter_after, persona_after = _rss_kib(pid), _rss_kib(os.getpid())
             sockets = _tcp_sockets(pid)
-            streams = sum(r.follower.connections for r in runtimes)
+            streams = runtimes[0].follower.connections  # the personas' one stream: its connections so far
             await asyncio.sleep(1.0 + 2 * args.delay)  # decisions on the last messages, after the personas' pauses
             stop.set()
             await people
             for runtime in runtimes:
                 await runtime.close()
+            await runtimes[0].follower.close()
 
     latencies, as_seen, undecided = decisions.between(window_start, window_end)
     measured = len(latencies) + undecided

@@ -19,7 +19,6 @@ from pydantic import BaseModel, ValidationError
 from arbiter import contract as wire
 from bots.affinity import Affinity, parse_arbiter_urls
 from bots.errors import ArbiterRejected, ArbiterUnavailable
-from bots.frames import FrameCache
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
@@ -45,19 +44,16 @@ class ArbiterClient:
         *,
         timeout_s: float = 10.0,
         own_process: int | None = None,
-        frames: FrameCache | None = None,
     ) -> None:
         """``base_url``: the arbiter's URL, or several arbiter processes' (a list, or one string of them separated
         by commas, as ``AIZUCHI_ARBITER_URL`` gives them): each channel's calls then go to one of them
         (``bots.affinity``), to the next when it cannot be reached. ``own_process``: the index of the one that
         takes the calls of no channel (the multiplexed stream, the registration); by default one at random, so a
-        fleet's streams spread over the processes. ``frames``: the process's cache of parsed stream frames, shared
-        by its personas' clients."""
+        fleet's streams spread over the processes."""
         urls = parse_arbiter_urls(base_url) if isinstance(base_url, str) else tuple(u.rstrip("/") for u in base_url)
         own = random.randrange(len(urls)) if own_process is None and urls else (own_process or 0)
         self._affinity = Affinity(urls, own=own)
         self._session = session
-        self._frames = frames or FrameCache()
         self._headers = {"Authorization": f"Bearer {token}"}
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
 
@@ -241,32 +237,37 @@ class ArbiterClient:
 
     @contextlib.asynccontextmanager
     async def stream(self) -> AsyncIterator[MultiplexedStream]:
-        """The multiplexed event stream (GET /v1/events): one connection for every channel the persona follows,
-        with its status of each pushed after changes. Subscribe to channels on it, then iterate its frames.
-        With several arbiter processes it goes to this client's own (any process streams any channel: events
-        cross between them through the database)."""
+        """The multiplexed event stream (GET /v1/events): one connection for every channel the persona (and the
+        personas whose tokens a command adds) follows, on which each asks for its status. Send commands on it,
+        then iterate its frames. With several arbiter processes it goes to this client's own (any process streams
+        any channel: events cross between them through the database)."""
         socket = await self._connect(None, "/v1/events", "multiplexed stream", max_msg_size=0)
         async with socket:
             try:
-                yield MultiplexedStream(socket, self._frames)
+                yield MultiplexedStream(socket)
             except (aiohttp.ClientError, ConnectionResetError) as error:
                 raise ArbiterUnavailable(f"multiplexed stream: {type(error).__name__}: {error}") from error
 
 
-class MultiplexedStream:
-    """An open multiplexed event stream (``ArbiterClient.stream``): ``subscribe`` channels, iterate the frames."""
+# The close codes with which the arbiter refuses a command (a malformed one, a token it does not know, a status of a
+# persona the stream does not act for): connecting again and sending the same would be refused again.
+_REFUSED = {4400: "bad_command", 4401: "unauthorized", 4403: "forbidden"}
 
-    def __init__(self, socket: aiohttp.ClientWebSocketResponse, frames: FrameCache) -> None:
+
+class MultiplexedStream:
+    """An open multiplexed event stream (``ArbiterClient.stream``): send commands (channels to follow, statuses to
+    send), iterate the frames."""
+
+    def __init__(self, socket: aiohttp.ClientWebSocketResponse) -> None:
         self._socket = socket
-        self._frames = frames
 
     async def subscribe(self, subscriptions: Sequence[wire.Subscribe]) -> None:
-        await self._command(wire.StreamCommand(subscribe=list(subscriptions)))
+        await self.command(wire.StreamCommand(subscribe=list(subscriptions)))
 
     async def unsubscribe(self, channel_ids: Sequence[str]) -> None:
-        await self._command(wire.StreamCommand(unsubscribe=list(channel_ids)))
+        await self.command(wire.StreamCommand(unsubscribe=list(channel_ids)))
 
-    async def _command(self, command: wire.StreamCommand) -> None:
+    async def command(self, command: wire.StreamCommand) -> None:
         try:
             await self._socket.send_str(command.model_dump_json(exclude_defaults=True))
         except (aiohttp.ClientError, ConnectionResetError) as error:
@@ -274,29 +275,33 @@ class MultiplexedStream:
 
     async def __aiter__(self) -> AsyncIterator[wire.StreamFrame]:
         """Every frame, as its model, until the connection ends (a frame of a kind this version does not know, or
-        a malformed one, is skipped as on a channel's stream)."""
+        a malformed one, is skipped as on a channel's stream). Raises ArbiterRejected when the arbiter closes it
+        refusing a command."""
         while True:
             frame = await self._socket.receive()
             if frame.type is aiohttp.WSMsgType.TEXT:
-                event = self._frame(frame.data)
+                event = _frame(frame.data)
                 if event is not None:
                     yield event
             elif frame.type is aiohttp.WSMsgType.CLOSE:
+                if frame.data in _REFUSED:
+                    raise ArbiterRejected(frame.data, _REFUSED[frame.data], frame.extra or "command refused")
                 level = logging.DEBUG if frame.data == aiohttp.WSCloseCode.OK else logging.WARNING
                 _log.log(level, "the multiplexed stream was closed by the arbiter: %s %s", frame.data, frame.extra)
                 return
             elif frame.type in (aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
                 return
 
-    def _frame(self, raw: str) -> wire.StreamFrame | None:
-        try:
-            return self._frames.parse(raw)
-        except ValidationError as error:
-            if any(detail["type"] == "union_tag_invalid" for detail in error.errors()):
-                _log.debug("multiplexed stream: skipping a frame of an unknown kind")
-            else:
-                _log.warning("multiplexed stream: skipping a malformed frame: %s", error)
-            return None
+
+def _frame(raw: str) -> wire.StreamFrame | None:
+    try:
+        return wire.parse_stream_frame(raw)
+    except ValidationError as error:
+        if any(detail["type"] == "union_tag_invalid" for detail in error.errors()):
+            _log.debug("multiplexed stream: skipping a frame of an unknown kind")
+        else:
+            _log.warning("multiplexed stream: skipping a malformed frame: %s", error)
+        return None
 
 
 def _event(channel_id: str, raw: str) -> wire.ArbiterEvent | None:

@@ -1,10 +1,16 @@
-"""One multiplexed event stream for every channel a persona follows, feeding each channel's listener.
+"""One multiplexed event stream for every channel the personas of a process follow, feeding each channel's
+listeners, and carrying the status each persona asks for as it looks at its turn.
 
-A persona in a thousand channels holds one connection to the arbiter, not a thousand. Each listener (a
-``ChannelWorker``) says where its channel's stream should start (``subscription``: the recent history when it
-arrives, after the last seq it saw when it resumes) and gets its channel's frames, the persona's pushed status
-among them. The follower reconnects when the connection drops, subscribing every channel again from where each
-listener is; a channel that fell behind is subscribed again alone, from where it is.
+Six personas in a thousand channels hold one connection to the arbiter, not six (nor six thousand), and each event
+of a channel comes once for all of them. Each listener (a ``ChannelWorker``: one persona in one channel) says where
+its channel's stream should start (``subscription``: the recent history when it arrives, after the last seq it saw
+when it resumes); a channel is subscribed once, from where the listener furthest behind needs it, and every listener
+of the channel gets every frame (those it has seen already, it skips by seq). A status is asked on the stream and
+answered on it: computed by the arbiter when asked, so it has every change committed before (``status``).
+
+The follower reconnects when the connection drops, subscribing every channel again from where its listeners are; a
+channel that fell behind is subscribed again alone, from where it is. If the arbiter refuses the stream (a token it
+does not know), every listener is told and the follower stops: reconnecting would only be refused again.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from arbiter import contract as wire
 from bots.errors import ArbiterRejected, ArbiterUnavailable
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Collection, Iterable
 
     from bots.arbiter_client import ArbiterClient, MultiplexedStream
 
@@ -30,57 +36,101 @@ _BATCH = 500  # subscriptions per command frame (a thousand channels: two frames
 
 class ChannelListener(Protocol):
     def subscription(self) -> wire.Subscribe:
-        """Where the channel's stream should start now."""
+        """Where the channel's stream should start now, for this listener."""
         ...
 
-    def on_frame(self, frame: wire.StreamFrame) -> None:
-        """One of the channel's frames, in order."""
+    def on_frame(self, frame: wire.ArbiterEvent) -> None:
+        """One of the channel's events, in order."""
         ...
 
     def on_refused(self, detail: str) -> None:
-        """The arbiter will not stream the channel (it does not know it, or the persona's token)."""
+        """The arbiter will not stream the channel (it does not know it, or a token)."""
         ...
 
 
 class StreamFollower:
+    """The stream of the personas whose clients are given: opened with the first one's token, acting for the
+    others' too (``tokens``: theirs, in any order). ``skip``: kinds of events none of the listeners uses."""
+
     def __init__(
         self,
         arbiter: ArbiterClient,
         *,
         name: str,
+        tokens: Iterable[str] = (),
+        skip: Collection[wire.EventType] = (),
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         reconnect_s: float = 1.0,
     ) -> None:
         self._arbiter = arbiter
         self._name = name
+        self._tokens = list(tokens)
+        self._new_tokens: list[str] = []  # added while connected, not sent yet
+        self._skip = list(skip)
         self._sleep = sleep
         self._reconnect_s = reconnect_s
-        self._listeners: dict[str, ChannelListener] = {}
+        self._listeners: dict[str, dict[str, ChannelListener]] = {}  # channel -> persona -> its listener
         self._to_subscribe: set[str] = set()
         self._to_leave: set[str] = set()
+        self._asked: dict[tuple[str, str], asyncio.Future[wire.StatusView | None]] = {}  # (channel, persona)
+        self._to_ask: set[tuple[str, str]] = set()
         self._changed = asyncio.Event()
+        self._open = False  # connected, and the stream acts for every persona
         self._task: asyncio.Task[None] | None = None
         self.connections = 0  # connections opened so far (the first, then one per reconnection)
 
-    def follow(self, channel_id: str, listener: ChannelListener) -> None:
-        self._listeners[channel_id] = listener
+    def act_for(self, token: str) -> None:
+        """The stream acts for the persona whose token this is too, from now on (before any of its listeners follow
+        a channel or ask a status)."""
+        if token not in self._tokens:
+            self._tokens.append(token)
+            self._new_tokens.append(token)
+            self._changed.set()
+
+    def follow(self, channel_id: str, persona_id: str, listener: ChannelListener) -> None:
+        """``listener`` gets the channel's events from now on, from where it says (the channel starts again for all
+        its listeners, each skipping what it has seen)."""
+        self._listeners.setdefault(channel_id, {})[persona_id] = listener
         self._to_leave.discard(channel_id)
         self._to_subscribe.add(channel_id)
         self._changed.set()
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"stream of {self._name}")
 
-    def leave(self, channel_id: str) -> None:
-        if self._listeners.pop(channel_id, None) is not None:
+    def leave(self, channel_id: str, persona_id: str) -> None:
+        listeners = self._listeners.get(channel_id)
+        if listeners is None or listeners.pop(persona_id, None) is None:
+            return
+        if not listeners:
+            del self._listeners[channel_id]
             self._to_subscribe.discard(channel_id)
             self._to_leave.add(channel_id)
             self._changed.set()
+
+    async def status(self, channel_id: str, persona_id: str, *, within: float) -> wire.StatusView | None:
+        """The persona's status of the channel, asked on the stream and computed by the arbiter once the ask came:
+        it has every change the persona could have heard of. None when the stream is not open, or no answer came
+        ``within`` seconds: read it over HTTP then."""
+        if not self._open:
+            return None
+        key = (channel_id, persona_id)
+        answer = self._asked.get(key)
+        if answer is None:
+            answer = self._asked[key] = asyncio.get_running_loop().create_future()
+            self._to_ask.add(key)
+            self._changed.set()
+        try:
+            async with asyncio.timeout(within):
+                return await asyncio.shield(answer)
+        except TimeoutError:
+            return None
 
     async def close(self) -> None:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        self._closed_connection()
 
     async def _run(self) -> None:
         delay = self._reconnect_s
@@ -88,7 +138,7 @@ class StreamFollower:
             try:
                 async with self._arbiter.stream() as stream:
                     self.connections += 1
-                    # A new connection follows nothing yet: every channel from where its listener is now.
+                    # A new connection follows nothing yet: every channel from where its listeners are now.
                     self._to_subscribe, self._to_leave = set(self._listeners), set()
                     self._changed.set()
                     commands = asyncio.create_task(self._send_commands(stream))
@@ -99,13 +149,15 @@ class StreamFollower:
                     finally:
                         commands.cancel()
                         await asyncio.gather(commands, return_exceptions=True)
+                        self._closed_connection()
             except asyncio.CancelledError:
                 raise
             except ArbiterRejected as error:
                 _log.warning("%s: stream refused (%s); leaving every channel", self._name, error)
-                listeners, self._listeners = list(self._listeners.values()), {}
-                for listener in listeners:
-                    listener.on_refused(str(error))
+                listeners, self._listeners = self._listeners, {}
+                for by_persona in listeners.values():
+                    for listener in by_persona.values():
+                        listener.on_refused(str(error))
                 self._task = None
                 return
             except (ArbiterUnavailable, ValueError) as error:
@@ -115,22 +167,65 @@ class StreamFollower:
             await self._sleep(delay)
             delay = min(delay * 2, 30.0)
 
+    def _closed_connection(self) -> None:
+        """Asks still waiting will get no answer on this connection: their askers read over HTTP."""
+        self._open = False
+        asked, self._asked, self._to_ask = self._asked, {}, set()
+        for answer in asked.values():
+            if not answer.done():
+                answer.set_result(None)
+
     async def _send_commands(self, stream: MultiplexedStream) -> None:
+        self._new_tokens = []
+        if self._tokens or self._skip:
+            await stream.command(wire.StreamCommand(tokens=self._tokens, skip=self._skip or None))
+        self._open = True
         while True:
             await self._changed.wait()
             self._changed.clear()
+            tokens, self._new_tokens = self._new_tokens, []
+            if tokens:  # before the asks and subscriptions of its personas
+                await stream.command(wire.StreamCommand(tokens=tokens))
             leaving, self._to_leave = sorted(self._to_leave), set()
             if leaving:
-                await stream.unsubscribe(leaving)
+                await stream.command(wire.StreamCommand(unsubscribe=leaving))
             starting, self._to_subscribe = sorted(self._to_subscribe), set()
-            subscriptions = [self._listeners[c].subscription() for c in starting if c in self._listeners]
+            subscriptions = [self._start(channel) for channel in starting if channel in self._listeners]
             for first in range(0, len(subscriptions), _BATCH):
-                await stream.subscribe(subscriptions[first : first + _BATCH])
-            del subscriptions, starting, leaving  # not kept while waiting for the next change
+                await stream.command(wire.StreamCommand(subscribe=subscriptions[first : first + _BATCH]))
+            asks, self._to_ask = sorted(self._to_ask), set()
+            if asks:
+                status = [wire.StatusAsk(channel=channel, persona=persona) for channel, persona in asks]
+                await stream.command(wire.StreamCommand(status=status))
+            del tokens, subscriptions, starting, leaving, asks  # not kept while waiting for the next change
+
+    def _start(self, channel_id: str) -> wire.Subscribe:
+        """Where the channel starts for all its listeners: after the earliest seq one resumes from, and with the
+        most recent history one arriving asks for."""
+        afters: list[int] = []
+        recents: list[int] = []
+        for listener in self._listeners[channel_id].values():
+            start = listener.subscription()
+            if start.after is not None:
+                afters.append(start.after)
+            if start.recent is not None:
+                recents.append(start.recent)
+        return wire.Subscribe(
+            channel=channel_id, after=min(afters) if afters else None, recent=max(recents) if recents else None
+        )
 
     def _dispatch(self, frame: wire.StreamFrame) -> None:
-        listener = self._listeners.get(frame.channel_id)
-        if listener is None:
+        if isinstance(frame, wire.StatusEvent):
+            answer = self._asked.pop((frame.channel_id, frame.persona), None)
+            if answer is not None and not answer.done():
+                answer.set_result(frame.status)
+            return
+        if isinstance(frame, wire.EndedEvent) and frame.reason == "unknown_channel":
+            # The answer to a status asked of a channel the arbiter does not know (any longer): there is none.
+            for key in [key for key in self._asked if key[0] == frame.channel_id]:
+                self._asked.pop(key).set_result(None)
+        listeners = self._listeners.get(frame.channel_id)
+        if listeners is None:
             return  # left since, or frames of a channel the stream is about to stop
         if isinstance(frame, wire.EndedEvent):
             if frame.reason != "unknown_channel":
@@ -139,6 +234,12 @@ class StreamFollower:
                 self._changed.set()
             else:
                 del self._listeners[frame.channel_id]
-                listener.on_refused(frame.detail)
+                for listener in listeners.values():
+                    listener.on_refused(frame.detail)
             return
-        listener.on_frame(frame)
+        for persona_id, listener in list(listeners.items()):
+            try:
+                listener.on_frame(frame)
+            except Exception:
+                # One persona's failure must not end the stream the others hear on.
+                _log.exception("%s: persona=%s channel=%s failed on a frame", self._name, persona_id, frame.channel_id)

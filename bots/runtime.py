@@ -18,7 +18,7 @@ import contextlib
 import logging
 import random
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, assert_never
 
 from arbiter import contract as wire
@@ -30,12 +30,11 @@ from bots.llm.tool_rounds import DEFAULT_ROUNDS, decide_with_tools
 from bots.memory import MEMORY_SCHEMA, fit_state
 from bots.planner import anchor, plan_turn, refused_outright
 from bots.platforms.base import Posted
-from bots.pool import moved_on
 from bots.prompt import persona_prompt, rules_prompt, transcript_turn
 from bots.text import clean_reply, is_emoji, repeats
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Iterable
 
     from bots.arbiter_client import ArbiterClient
     from bots.llm.base import ChatProvider, ToolSpec
@@ -43,7 +42,7 @@ if TYPE_CHECKING:
     from bots.persona import Persona
     from bots.platforms.base import Platform
 
-__all__ = ("ChannelWorker", "LookPlanned", "PersonaRuntime", "RuntimeConfig", "RuntimeStats")
+__all__ = ("ChannelWorker", "LookPlanned", "PersonaRuntime", "RuntimeConfig", "RuntimeStats", "personas_stream")
 
 _log = logging.getLogger(__name__)
 
@@ -51,14 +50,14 @@ _log = logging.getLogger(__name__)
 OWN_LINES = 30
 # How much history a worker reads on arrival: its window, and its own recent lines among them.
 _ARRIVAL_READ = 100
-# How long a look waits for the status the stream pushes after the newest message before it asks for one.
-_STATUS_WAIT_S = 0.25
-# Refusals after which a persona plans again at once, from the status the refusal brings: another's claim took what
-# it planned on (the pool, the floor), and something else may be open.
+# How long a look waits for its status on the stream before it reads it over HTTP (a stream that is down answers at
+# once: none).
+_STATUS_WAIT_S = 2.0
+# Refusals after which a persona looks again soon: another's claim took what it planned on (the pool, the floor),
+# and something else may be open.
 _REPLANNED = (wire.RefusalReason.INSUFFICIENT, wire.RefusalReason.PRIORITY)
-# A pushed status is trusted at most this long with no newer one (its verdicts' own expiry aside): a last resort
-# against a change that published nothing.
-_STATUS_MAX_AGE_S = 60.0
+# The kinds of events a persona does without: it plans from the status it asks for as it looks, not from the level.
+_UNUSED_EVENTS: tuple[wire.EventType, ...] = ("level",)
 # At most this long (times 1.5 for the least eager) before a persona looks again when a wait ends: those waiting for
 # the same refund would otherwise all claim it at the same moment, and all but one be refused.
 _REACTION_S = 0.25
@@ -99,8 +98,8 @@ class RuntimeStats:
     given_back: int = 0  # claims given back before any call: the conversation moved on while claiming
     provider_errors: int = 0
     looks: int = 0  # turns looked at and finished (status, plan, maybe claim and generation), whatever came of them
-    statuses_pushed: int = 0  # looks planned from the status the stream pushed
-    statuses_read: int = 0  # looks that had to ask for the status (none pushed yet, or it had expired)
+    statuses_streamed: int = 0  # looks planned from a status asked on the event stream
+    statuses_read: int = 0  # looks that read the status over HTTP (the stream was down, or slow to answer)
     prompt_sizes: list[int] = field(default_factory=list)  # prompt tokens of each request, in order
 
     def count_usage(self, usage: Usage | None) -> None:
@@ -170,21 +169,18 @@ def _drop(messages: list[wire.MessageView], gone: Callable[[wire.MessageView], b
     messages[:] = [message for message in messages if not gone(message)]
 
 
-@dataclass(frozen=True, slots=True)
-class _Pushed:
-    """A status the stream pushed: the status (parsed while a look is under way; while a worker only waits to look
-    again, its JSON, a tenth of the size), the last message it had seen, until when (on the worker's clock) its
-    verdicts hold (they change with no event when a wait ends, such as a floor's time up; a wait for the pool is
-    rolled forward instead, ``bots.pool``), and the arbiter's clock less the worker's when it came."""
-
-    status: wire.StatusView | str
-    last_seq: int
-    until: float
-    offset: float
-
-    def view(self) -> wire.StatusView:
-        status = self.status
-        return status if isinstance(status, wire.StatusView) else wire.StatusView.model_validate_json(status)
+def personas_stream(
+    arbiter: ArbiterClient,
+    *,
+    tokens: Iterable[str] = (),
+    name: str = "personas",
+    config: RuntimeConfig | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> StreamFollower:
+    """The event stream of the personas of a process: opened with ``arbiter``'s token, acting for the personas whose
+    ``tokens`` are given too. Pass it to each one's runtime; close it once they are closed."""
+    reconnect_s = (config or RuntimeConfig()).reconnect_s
+    return StreamFollower(arbiter, name=name, tokens=tokens, skip=_UNUSED_EVENTS, sleep=sleep, reconnect_s=reconnect_s)
 
 
 class PersonaRuntime:
@@ -202,10 +198,12 @@ class PersonaRuntime:
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         tools: ToolHost | None = None,
+        follower: StreamFollower | None = None,
         on_decision: Callable[[LookPlanned], None] | None = None,
     ) -> None:
-        """``on_decision``: told of every look's plan as it is made, before the claim goes out; for measuring
-        (``aizuchi bench fleet``)."""
+        """``follower``: the event stream of the process's personas (``personas_stream``), which it then shares with
+        them; by default a stream of its own. ``on_decision``: told of every look's plan as it is made, before the
+        claim goes out; for measuring (``aizuchi bench fleet``)."""
         self.persona = persona
         self.provider = provider
         self.tools = tools  # its MCP servers' tools, connected (None or empty: a decision alone, one request)
@@ -217,10 +215,10 @@ class PersonaRuntime:
         self.sleep = sleep
         self.stats = RuntimeStats()
         self.on_decision = on_decision
-        # One multiplexed event stream for every channel this persona takes part in (GET /v1/events).
-        self.follower = StreamFollower(
-            arbiter, name=f"persona={persona.id}", sleep=sleep, reconnect_s=self.config.reconnect_s
-        )
+        # One multiplexed event stream for every channel it takes part in (GET /v1/events), shared with the other
+        # personas of the process when they run together.
+        self._owns_follower = follower is None
+        self.follower = follower or personas_stream(arbiter, name=f"persona={persona.id}", config=config, sleep=sleep)
         self._workers: dict[str, ChannelWorker] = {}
         self._errors_in_a_row = 0
         self._backoff_until = 0.0
@@ -251,8 +249,10 @@ class PersonaRuntime:
         return list(self._workers)
 
     async def close(self) -> None:
-        """Stop every worker; claims in flight are released on the way out."""
-        await self.follower.close()
+        """Stop every worker; claims in flight are released on the way out. (A stream shared with other personas
+        goes on: it is theirs to close.)"""
+        if self._owns_follower:
+            await self.follower.close()
         workers, self._workers = list(self._workers.values()), {}
         await asyncio.gather(*(worker.close() for worker in workers), return_exceptions=True)
 
@@ -276,7 +276,7 @@ class PersonaRuntime:
 
 
 class ChannelWorker:
-    """One persona in one channel: follows the channel's events (its share of the persona's multiplexed stream, as
+    """One persona in one channel: follows the channel's events (its share of the process's multiplexed stream, as
     a ``bots.follower.ChannelListener``) and takes turns."""
 
     # Slots: a persona process keeps one worker per persona and channel, six thousand for six personas in a thousand.
@@ -288,7 +288,6 @@ class ChannelWorker:
         "_floor_wait",
         "_held",
         "_intent",
-        "_level",
         "_memory_read",
         "_must_answer",
         "_new_memory",
@@ -296,13 +295,9 @@ class ChannelWorker:
         "_overtaken",
         "_overtakes",
         "_own",
-        "_pushed_seq",
         "_replanned",
         "_retry",
         "_second_look",
-        "_settling",
-        "_status",
-        "_status_pushed",
         "_task",
         "_turning",
         "_woken",
@@ -348,15 +343,6 @@ class ChannelWorker:
         self._memory_read = False  # read from the arbiter once, before the first generation (or heard of before)
         self._new_memory: wire.MemoryUpdate | None = None
         self._arrived = False  # the recent history is in (the stream's replay ended with the level)
-        # The persona's status here as the stream last pushed it (parsed while a look is under way, as its JSON while
-        # the worker only waits to look again), and a look waiting for the next one.
-        self._status: _Pushed | None = None
-        self._level: wire.LevelEvent | None = None  # the latest level event while a status is kept: the pool since
-        self._status_pushed: asyncio.Event | None = None
-        # The last message the last pushed status had seen (-1 before any push): a newer one means its push is coming.
-        self._pushed_seq = -1
-        # A claim of its own whose settling the stream has not shown yet: statuses pushed before that are stale.
-        self._settling: str | None = None
         self._replanned = -1  # the seq a refused claim was planned again for, at once (once per message)
 
     @property
@@ -387,7 +373,7 @@ class ChannelWorker:
         return [message.text for message in self._own]
 
     def start(self) -> None:
-        self.runtime.follower.follow(self.channel_id, self)
+        self.runtime.follower.follow(self.channel_id, self.persona.id, self)
 
     async def ready(self) -> None:
         """Wait until the worker has read the channel's recent history and follows its events."""
@@ -401,7 +387,7 @@ class ChannelWorker:
 
     async def close(self) -> None:
         self._closed = True
-        self.runtime.follower.leave(self.channel_id)
+        self.runtime.follower.leave(self.channel_id, self.persona.id)
         if self._retry is not None:
             self._retry.cancel()
         task = self._task
@@ -422,10 +408,6 @@ class ChannelWorker:
     def subscription(self) -> wire.Subscribe:
         """Where its channel's stream starts: on arrival, the recent history (context, not cues); after that, the
         message after the last it saw, so a reconnection loses nothing and repeats nothing."""
-        if not self._held and not self._turning:
-            # A new feed's statuses are newer than any claim it has settled (a settling event a dropped connection
-            # took with it would otherwise keep it asking for the status).
-            self._settling = None
         if self._arrived or self.last_seq:
             return wire.Subscribe(channel=self.channel_id, after=self.last_seq)
         return wire.Subscribe(channel=self.channel_id, recent=_ARRIVAL_READ)
@@ -433,95 +415,27 @@ class ChannelWorker:
     def on_refused(self, detail: str) -> None:
         _log.warning("persona=%s channel=%s: stream refused (%s); leaving", self.persona.id, self.channel_id, detail)
 
-    def on_frame(self, frame: wire.StreamFrame) -> None:
-        match frame:
-            case wire.StatusEvent(status=status):
-                self._on_status(status)
-            case wire.EndedEvent():
-                pass  # the follower's business
-            case _:
-                self._on_event(frame)
-                if not self._arrived and isinstance(frame, wire.LevelEvent):
-                    # The replay is over. Start fresh: what was said before the persona arrived is context, not a cue.
-                    self._arrived = True
-                    self.answered = self.last_seq
-                    self._woken = False
-                    if self._arrival is not None:
-                        self._arrival.set()
-                        self._arrival = None
+    def on_frame(self, frame: wire.ArbiterEvent) -> None:
+        self._on_event(frame)
+        if not self._arrived and isinstance(frame, wire.LevelEvent):
+            # The replay is over. Start fresh: what was said before the persona arrived is context, not a cue.
+            self._arrived = True
+            self.answered = self.last_seq
+            self._woken = False
+            if self._arrival is not None:
+                self._arrival.set()
+                self._arrival = None
 
-    def _on_status(self, status: wire.StatusView) -> None:
-        if self._settling is not None or status.claim is not None:
-            return  # from before its own claim settled, or while it holds one: stale for the next look
-        now = self.runtime.clock()
-        # Verdicts change with no event when a wait ends (a floor's time up): trust it until then. A wait for the pool
-        # is rolled forward along the refunds it lists.
-        expiries = [
-            tier.retry_after
-            for tier in status.tiers.values()
-            if tier.retry_after is not None and tier.reason is not wire.RefusalReason.INSUFFICIENT
-        ]
-        if status.priority_until is not None:
-            expiries.append(status.priority_until - status.now)
-        until = now + max(0.0, min([_STATUS_MAX_AGE_S, *expiries]))
-        self._pushed_seq = max(self._pushed_seq, status.last_seq)
-        if self._task is None and self._retry is None:
-            # No look to come (its own message, others' passes): none reads it before the next cue brings another.
-            self._forget_status()
-        else:
-            kept = status if self._task is not None else status.model_dump_json()
-            self._status = _Pushed(kept, status.last_seq, until, status.now - now)
-        if self._status_pushed is not None:
-            self._status_pushed.set()
-        if (self._intent is not None or self._floor_wait) and self._retry is not None:
-            # Waiting for the pool, or for another's floor: a claim given back (a pass) refills the pool, and may
-            # give the floor up, long before the retry planned, with no message to say so; the stream pushes the
-            # status after it.
-            self.wake()
-
-    def _forget_status(self) -> None:
-        self._status = self._level = None
-
-    def _hold(self, claim_id: str) -> None:
-        """A claim of its own, granted: statuses pushed before the stream shows it settled are stale."""
-        self._held = self._settling = claim_id
-        self._forget_status()
-
-    def _pushed_status(self) -> tuple[wire.StatusView, float] | None:
-        """The pushed status, if it still holds: it has seen every message this worker has, and no verdict's wait
-        has ended since but for the pool's, which the level events since and the refunds due move on. (A stale one
-        would cost at most a refused claim; an expired one could keep it silent.) With its age: how long before now
-        (on the arbiter's clock) it was so."""
-        pushed = self._status
-        now = self.runtime.clock()
-        if pushed is None or pushed.last_seq < self.last_seq or now >= pushed.until:
-            return None
-        status = moved_on(pushed.view(), now + pushed.offset, self._level)
-        return None if status is None else (status, max(0.0, now + pushed.offset - status.now))
-
-    async def _current_status(self) -> tuple[wire.StatusView, float]:
-        """The status to plan from: the one the stream pushed after the newest message (waiting a moment for it
-        when it is on its way), else read from the arbiter; and how long ago it was so (a pushed status planned from
-        after the persona's pause is that much older: its waits end that much sooner, its claim's lapse too)."""
-        status = self._pushed_status()
-        # The stream pushes a status after every new message: one newer than the last pushed means it is on its way.
-        if status is None and 0 <= self._pushed_seq < self.last_seq and self._settling is None:
-            deadline = self.runtime.clock() + _STATUS_WAIT_S
-            self._status_pushed = pushed = asyncio.Event()
-            try:
-                # Until the push for the newest message comes (usable, or not: its verdicts' wait already over).
-                while self._pushed_seq < self.last_seq and (left := deadline - self.runtime.clock()) > 0:
-                    pushed.clear()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(pushed.wait(), left)
-                status = self._pushed_status()
-            finally:
-                self._status_pushed = None
+    async def _current_status(self) -> wire.StatusView:
+        """The status to plan from, as the arbiter has it now: asked on the stream, or read over HTTP when the stream
+        cannot answer."""
+        runtime = self.runtime
+        status = await runtime.follower.status(self.channel_id, self.persona.id, within=_STATUS_WAIT_S)
         if status is not None:
-            self.runtime.stats.statuses_pushed += 1
+            runtime.stats.statuses_streamed += 1
             return status
-        self.runtime.stats.statuses_read += 1
-        return await self.runtime.arbiter.status(self.channel_id), 0.0
+        runtime.stats.statuses_read += 1
+        return await runtime.arbiter.status(self.channel_id)
 
     def _on_event(self, event: wire.ArbiterEvent) -> None:
         match event:
@@ -543,8 +457,7 @@ class ChannelWorker:
                 self.last_seq = max(self.last_seq, last_seq)
                 self.answered = max(self.answered, last_seq)
             case wire.LevelEvent():
-                if self._status is not None:
-                    self._level = event  # the pool since the status, for the look to come (``bots.pool``)
+                pass  # the end of the replay (see on_frame); a look reads the pool from its status
             case wire.MemoryEvent(persona=persona, memory=memory) if persona == self.persona.id:
                 # Its own notes: stored by this worker, by another of the same persona, or reset by a moderator (or
                 # with the history). A newer state wins; an older one arriving late does not take it back.
@@ -560,8 +473,11 @@ class ChannelWorker:
                     self.answered, self._blocked = self._blocked, None
                     self.wake()
             case wire.ClaimEvent(claim=claim):
-                if claim.claim_id == self._settling and claim.state is not wire.SpendState.HELD:
-                    self._settling = None  # statuses pushed from now on are from after it
+                given_back = claim.state is wire.SpendState.RELEASED and claim.persona != self.persona.id
+                if given_back and (self._intent is not None or self._floor_wait) and self._retry is not None:
+                    # Waiting for the pool, or for another's floor: a claim given back (a pass) refills the pool, and
+                    # may give the floor up, long before the retry planned, with no message to say so.
+                    self.wake()
             case wire.MemoryEvent():
                 pass  # others' notes are theirs
             case _:
@@ -610,17 +526,6 @@ class ChannelWorker:
             await self._looks()
         finally:
             self._task = None
-            self._stow_status()
-
-    def _stow_status(self) -> None:
-        """When the looks are over: a status kept for a retry is kept as its JSON; with no retry, none reads it."""
-        pushed = self._status
-        if pushed is None:
-            return
-        if self._retry is None:
-            self._forget_status()
-        elif not isinstance(pushed.status, str):
-            self._status = replace(pushed, status=pushed.status.model_dump_json())
 
     async def _looks(self) -> None:
         while self._woken:
@@ -672,7 +577,7 @@ class ChannelWorker:
 
     async def _turn(self, due: float, pause: float) -> None:
         runtime = self.runtime
-        status, age = await self._current_status()
+        status = await self._current_status()
         read_at = runtime.clock()
         window = list(self.window)
         newest = window[-1].seq if window else 0
@@ -704,7 +609,7 @@ class ChannelWorker:
             self._blocked = self.answered
         if plan.tier is None:
             if plan.retry_after is not None:
-                self._retry_in(max(0.0, plan.retry_after - age) + self._reaction())
+                self._retry_in(plan.retry_after + self._reaction())
                 return
             self.answered = newest
             if plan.quiet and not second_look:
@@ -716,10 +621,10 @@ class ChannelWorker:
         if granted is None:
             return
         self.answered = newest
-        self._hold(granted.claim_id)
+        self._held = granted.claim_id
         await self._read_memory()
-        # The claim lapses at expires_at on the arbiter's clock; status.now + age was that clock at read_at.
-        lapses = None if granted.expires_at is None else read_at + granted.expires_at - (status.now + age)
+        # The claim lapses at expires_at on the arbiter's clock, which read status.now about when this one read read_at.
+        lapses = None if granted.expires_at is None else read_at + granted.expires_at - status.now
         addressed_by = _addressing(self.persona.id, window) if self.persona.id in status.priority else None
         second_try = addressed_by is not None and self._must_answer == addressed_by
         spoke = False
@@ -753,19 +658,14 @@ class ChannelWorker:
         if result.granted and result.claim is not None:
             return result.claim
         runtime.stats.refused_claims += 1
-        # What it planned from was out of date (a claim moved the pool since the status was pushed): the next look
-        # plans from the status the refusal came with, or asks afresh, rather than plan the same refusal again.
-        self._forget_status()
-        if result.status is not None:
-            self._on_status(result.status)
         _log.debug("persona=%s claim of %s refused: %s", self.persona.id, tier, result.reason)
         if result.reason is wire.RefusalReason.NODDED and tier is not Tier.AIZUCHI:
             self._intent = (thread, tier)  # someone nods first; then it says what it meant to (the nod wakes it)
         if result.reason is wire.RefusalReason.STALE:
             self.wake()  # look again with fresh context
-        elif result.status is not None and result.reason in _REPLANNED and self._replanned != based_on:
-            # Planned from a status another's claim has since moved (the pool drained, the floor taken): plan once
-            # more at once from the fresh one, which may say a cheaper tier, or how long to wait.
+        elif result.reason in _REPLANNED and self._replanned != based_on:
+            # Another's claim took what it planned on since it read its status (the pool drained, the floor taken):
+            # it looks once more, which may find a cheaper tier open, or say how long to wait.
             self._replanned = based_on
             self.wake()
         elif result.retry_after is not None:

@@ -1,23 +1,24 @@
 """GET /v1/events: one WebSocket for every channel a client follows (the multiplexed event stream).
 
-A persona in a thousand channels holds one socket, not a thousand. The client sends ``StreamCommand`` frames
-(``{"subscribe": [{"channel": "lobby", "after": 41}, ...], "unsubscribe": [...]}``); for each channel it follows
-the stream runs that channel's ``arbiter.feed.ChannelFeed`` (the same replay and exactly-once join as the
-per-channel stream) and sends its events, each naming its channel. With a persona's token it also pushes that
-persona's status of a channel (``StatusEvent``: the level and each tier's verdict, as GET status answers it) after
-each burst of new messages (or changes of settings or history), so the persona plans its look with no status
-request.
+A process of personas in a thousand channels holds one socket, not a thousand per persona. The client sends
+``StreamCommand`` frames (``{"subscribe": [{"channel": "lobby", "after": 41}, ...], "unsubscribe": [...]}``); for
+each channel it follows the stream runs that channel's ``arbiter.feed.ChannelFeed`` (the same replay and
+exactly-once join as the per-channel stream) and sends its events, each naming its channel. The stream acts for the
+persona whose token opened it and for those whose tokens a command adds (``tokens``): a persona asks for its status
+as it is about to look at its turn (``status``), and gets it as a ``StatusEvent`` computed then, so it plans from
+the channel as it is, not as it was at the last message. A client may do without kinds of events it does not use
+(``skip``: personas plan from their status, not from the level).
 
 Per channel, a feed that falls behind ends alone, with an ``EndedEvent`` naming the seq to subscribe again after:
 the other channels go on. Frames go out through one bounded queue, so a slow client holds its feeds back (and
 their channels, if they are busy, fall behind) instead of growing memory. A malformed command closes the socket
-with code 4400 and the problem in one line.
+with code 4400 and the problem in one line; a token in ``tokens`` the arbiter does not know, 4401; a status asked
+for a persona the stream does not act for, 4403.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 from typing import TYPE_CHECKING, Literal
@@ -26,48 +27,45 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from pydantic import ValidationError
 
 from arbiter import contract as wire
+from arbiter.api.auth import Unauthorized
 from arbiter.api.routes import AUTH, SERVICE
 from arbiter.api.stream import HUB
 from arbiter.core.errors import NotFound
 from arbiter.feed import ChannelFeed
 
 if TYPE_CHECKING:
+    from arbiter.api.auth import TokenAuth
     from arbiter.events import EventHub
     from arbiter.service import ArbiterService
 
-__all__ = ("BAD_COMMAND", "FRAMES", "MULTIPLEXED", "FrameTexts", "close_multiplexed", "multiplex_handler")
+__all__ = (
+    "BAD_COMMAND",
+    "FRAMES",
+    "MULTIPLEXED",
+    "NOT_YOURS",
+    "UNKNOWN_TOKEN",
+    "FrameTexts",
+    "close_multiplexed",
+    "multiplex_handler",
+)
 
 _log = logging.getLogger(__name__)
 
 MULTIPLEXED: web.AppKey[set[web.WebSocketResponse]] = web.AppKey("multiplexed")
-# The close code for a command frame that is not one (4000-4999 are for applications).
+# Close codes (4000-4999 are for applications): a command frame that is not one; a token in ``tokens`` the arbiter
+# does not know; a status asked for a persona the stream does not act for.
 BAD_COMMAND = 4400
+UNKNOWN_TOKEN = 4401
+NOT_YOURS = 4403
 _OUTBOX = 512  # frames waiting for the socket before the feeds wait for it
 _STARTING = 16  # feeds reading their history at once: a thousand subscriptions do not make a thousand reads at once
-# The events after which a persona looks at its turn (a new message, a change of settings or of the history): its
-# status is pushed after a burst of these, for the look to plan from. Claims and levels move the status too, but a
-# push after each would cost a status per persona per claim in the channel, and a look planned from a status a
-# claim has since moved costs at most a refused claim (which comes with the fresh status). A claim given back is a
-# cue all the same: a pass refills the pool and may give up the floor, which others wait on with no message to come.
-_CUES = (
-    wire.MessageEvent,
-    wire.SettingsEvent,
-    wire.ClearedEvent,
-    wire.RetractedEvent,
-    wire.DeletedEvent,
-)
+_ANY = 0  # the subscription number of frames sent whatever the channel's subscription is now (statuses)
 _FRAMES_KEPT = 256  # frames remembered by event (every stream of a channel sends the same ones within moments)
-
-
-def _is_cue(event: wire.ArbiterEvent) -> bool:
-    if isinstance(event, wire.ClaimEvent):
-        return event.claim.state is wire.SpendState.RELEASED
-    return isinstance(event, _CUES)
 
 
 class FrameTexts:
     """Each live event's frame as JSON, made once for every stream that sends it: the hub hands the same event to
-    all of a channel's feeds, and a persona process of six personas follows every channel six times."""
+    all of a channel's feeds (each persona process's, the room's, an agent's)."""
 
     def __init__(self, kept: int = _FRAMES_KEPT) -> None:
         self._kept = kept
@@ -92,8 +90,9 @@ async def multiplex_handler(request: web.Request) -> web.WebSocketResponse:
     principal = request.app[AUTH].principal(request)
     socket = web.WebSocketResponse(heartbeat=30)
     await socket.prepare(request)
-    stream = _Multiplex(request.app[SERVICE], request.app[HUB], request.app[FRAMES], socket, principal.persona_id)
-    open_sockets = request.app[MULTIPLEXED]
+    app = request.app
+    stream = _Multiplex(app[SERVICE], app[HUB], app[FRAMES], socket, auth=app[AUTH], persona_id=principal.persona_id)
+    open_sockets = app[MULTIPLEXED]
     open_sockets.add(socket)
     try:
         await stream.run()
@@ -117,19 +116,25 @@ class _Multiplex:
         hub: EventHub,
         frames: FrameTexts,
         socket: web.WebSocketResponse,
+        *,
+        auth: TokenAuth,
         persona_id: str | None,
     ) -> None:
         self._service = service
         self._hub = hub
         self._frames = frames
+        self._auth = auth
         self._socket = socket
         self._persona = persona_id
+        self._personas = {persona_id} if persona_id is not None else set()  # whom the stream acts for
+        self._skip: frozenset[str] = frozenset()
         self._outbox: asyncio.Queue[tuple[str, int, str]] = asyncio.Queue(_OUTBOX)
         # Each channel's current subscription: frames of one it replaced (or of one unsubscribed) still queued are
         # dropped on the way out, so a channel subscribed again starts clean from the new point.
         self._current: dict[str, int] = {}
         self._feeds: dict[str, asyncio.Task[None]] = {}
-        self._numbers = itertools.count(1)
+        self._answers: set[asyncio.Task[None]] = set()
+        self._numbers = itertools.count(_ANY + 1)
         self._starting = asyncio.Semaphore(_STARTING)
 
     async def run(self) -> None:
@@ -142,6 +147,12 @@ class _Multiplex:
                     except ValidationError as error:
                         await self._refuse(error)
                         break
+                    refusal = self._admit(command)
+                    if refusal is not None:
+                        code, message = refusal
+                        # A close frame's reason is at most 123 bytes.
+                        await self._socket.close(code=code, message=message.encode()[:123])
+                        break
                     self._apply(command)
                     del command, frame  # not kept while the socket waits for the next one
                 elif frame.type is WSMsgType.ERROR:
@@ -150,20 +161,39 @@ class _Multiplex:
                     await self._socket.close(code=BAD_COMMAND, message=b"commands are JSON text frames")
                     break
         finally:
-            feeds = [*self._feeds.values(), sender]
-            for task in feeds:
+            tasks = [*self._feeds.values(), *self._answers, sender]
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(*feeds, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
             await self._socket.close()
 
     async def _refuse(self, error: ValidationError) -> None:
         problem = error.errors()[0]
         where = ".".join(str(part) for part in problem["loc"]) or "the frame"
         message = f"bad command: {where}: {problem['msg']}"
-        # A close frame's reason is at most 123 bytes.
         await self._socket.close(code=BAD_COMMAND, message=message.encode()[:123])
 
+    def _admit(self, command: wire.StreamCommand) -> tuple[int, str] | None:
+        """Take in the command's tokens; the close code and reason when it cannot be carried out (a token the
+        arbiter does not know, a status asked for a persona the stream does not act for). Never echoes a token."""
+        for index, token in enumerate(command.tokens):
+            try:
+                persona = self._auth.identify(token).persona_id
+            except Unauthorized as error:
+                return UNKNOWN_TOKEN, f"tokens.{index}: {error}"
+            if persona is None:
+                return UNKNOWN_TOKEN, f"tokens.{index}: the admin token acts for no persona"
+            self._personas.add(persona)
+        for index, ask in enumerate(command.status):
+            persona = ask.persona or self._persona
+            if persona not in self._personas:
+                whose = f"persona {persona}" if persona is not None else "no persona (the admin token opened it)"
+                return NOT_YOURS, f"status.{index}: this stream does not act for {whose}"
+        return None
+
     def _apply(self, command: wire.StreamCommand) -> None:
+        if command.skip is not None:
+            self._skip = frozenset(command.skip)
         for channel in command.unsubscribe:
             self._stop(channel)
             self._current.pop(channel, None)
@@ -174,6 +204,11 @@ class _Multiplex:
             # The feed gets the subscription's values, not the model: a thousand feeds would keep the commands.
             follow = self._follow(channel, subscription.after, subscription.recent, number)
             self._feeds[channel] = asyncio.create_task(follow, name=f"multiplexed feed of {channel}")
+        if command.status:
+            asks = [(ask.channel, ask.persona or self._persona) for ask in command.status]
+            answer = asyncio.create_task(self._answer(asks), name="multiplexed statuses")
+            self._answers.add(answer)
+            answer.add_done_callback(self._answers.discard)
 
     def _stop(self, channel: str) -> None:
         task = self._feeds.pop(channel, None)
@@ -186,12 +221,25 @@ class _Multiplex:
     async def _send(self) -> None:
         while True:
             channel, number, frame = await self._outbox.get()
-            if self._current.get(channel) != number:
+            if number != _ANY and self._current.get(channel) != number:
                 continue  # from a subscription since replaced or ended by the client
             try:
                 await self._socket.send_str(frame)
             except ConnectionResetError:
                 return  # the client went away; the reader ends with it
+
+    async def _answer(self, asks: list[tuple[str, str | None]]) -> None:
+        """Each status asked, as it is now (after every change committed before the ask came)."""
+        for channel, persona in asks:
+            assert persona is not None  # checked by _admit
+            try:
+                status = await self._service.status(channel, persona)
+            except NotFound as error:
+                frame = wire.EndedEvent(channel_id=channel, reason="unknown_channel", detail=str(error))
+                await self._put(channel, _ANY, frame.model_dump_json())
+                continue
+            answer = wire.StatusEvent(channel_id=channel, persona=persona, status=status)
+            await self._put(channel, _ANY, answer.model_dump_json())
 
     async def _follow(self, channel: str, after: int | None, recent: int | None, number: int) -> None:
         starting = True
@@ -205,17 +253,13 @@ class _Multiplex:
                 await self._put(channel, number, ended.model_dump_json())
                 return
             try:
-                dirty = True  # the first status goes out once the replay is over, with the level
                 async for event in feed.events():
-                    await self._put(channel, number, self._frames.text(event))
-                    if isinstance(event, wire.LevelEvent) and starting:
+                    replayed = starting and isinstance(event, wire.LevelEvent)  # the replay's end: always sent
+                    if replayed or event.type not in self._skip:
+                        await self._put(channel, number, self._frames.text(event))
+                    if replayed:
                         starting = False  # the replay is over: the next feed may read its history
                         self._starting.release()
-                    dirty = dirty or _is_cue(event)
-                    # Once per burst: the status after the last of the events queued, not one per event.
-                    if dirty and self._persona is not None and feed.caught_up:
-                        dirty = False
-                        await self._push_status(channel, number, self._persona)
                 # The feed ended on the arbiter's side (the client's own unsubscribing cancels this task instead).
                 reason: Literal["fell_behind", "closed"] = "fell_behind" if feed.fell_behind else "closed"
                 _log.info("channel=%s: a multiplexed feed ended (%s) after seq %d", channel, reason, feed.last_seq)
@@ -233,8 +277,3 @@ class _Multiplex:
                 self._starting.release()
             if self._feeds.get(channel) is asyncio.current_task():
                 del self._feeds[channel]
-
-    async def _push_status(self, channel: str, number: int, persona_id: str) -> None:
-        with contextlib.suppress(NotFound):  # the channel is gone: its feed ends too
-            status = await self._service.status(channel, persona_id)
-            await self._put(channel, number, wire.StatusEvent(channel_id=channel, status=status).model_dump_json())

@@ -195,12 +195,17 @@ def _multiplex_operation() -> dict[str, Any]:
         "tags": ["turns"],
         "description": "Upgrade to a WebSocket, then send StreamCommand text frames to follow channels"
         ' ({"subscribe": [{"channel": "lobby", "after": 41}], "unsubscribe": ["hall"]}): per channel, the messages'
-        " after `after` (or the last `recent`) are replayed, then the level, then every event as it happens, joined"
-        " without a gap or a duplicate as on a channel's own stream. Each frame is one JSON object naming its"
-        " channel: " + ", ".join(model.__name__ for model in frames) + ". With a persona's token, a StatusEvent"
-        " (that persona's status of the channel) follows each burst of changes. A channel that falls behind ends"
+        " after `after` (or the last `recent`, or from whichever starts earlier when both are given) are replayed,"
+        " then the level, then every event as it happens, joined without a gap or a duplicate as on a channel's own"
+        " stream. Each frame is one JSON object naming its channel: "
+        + ", ".join(model.__name__ for model in frames)
+        + ". The stream acts for the persona whose token opened it and for those whose `tokens` a command adds (a"
+        ' process of several personas shares one stream); `{"status": [{"channel": "lobby", "persona": "rin"}]}`'
+        " asks for a persona's status, answered with a StatusEvent computed when the ask came. `skip` lists kinds"
+        " of events not to send (the level that ends a replay is always sent). A channel that falls behind ends"
         " alone with an EndedEvent naming the seq to subscribe again after. A malformed command closes the socket"
-        " with code 4400 and the problem as the reason.",
+        " with code 4400 and the problem as the reason; a token the arbiter does not know in `tokens`, 4401; a"
+        " status asked for a persona the stream does not act for, 4403.",
         "responses": {
             "101": {
                 "description": "Switching to the multiplexed stream",

@@ -48,6 +48,7 @@ __all__ = (
     "speak",
     "tier_for_amount",
     "utc_day",
+    "verdicts",
 )
 
 
@@ -121,12 +122,15 @@ def _pending(state: ChannelState, now: float) -> list[Spend]:
     return pending
 
 
-def _wait_for(state: ChannelState, cost: int, now: float, excluding: str | None) -> float | None:
-    """Seconds until the pool can afford ``cost``; None if it never can."""
+def _wait_for(
+    state: ChannelState, cost: int, now: float, excluding: str | None, pending: list[Spend] | None = None
+) -> float | None:
+    """Seconds until the pool can afford ``cost``; None if it never can. ``pending``: ``_pending(state, now)``, if
+    the caller has it."""
     capacity = state.settings.capacity
     if cost > capacity:
         return None
-    active = [spend for spend in _pending(state, now) if spend.id != excluding]
+    active = [spend for spend in (_pending(state, now) if pending is None else pending) if spend.id != excluding]
     available = capacity - sum(spend.cost for spend in active)
     for spend in active:
         if available >= cost:
@@ -230,15 +234,9 @@ def check_turn(
     """
     _check_based_on(state, based_on_seq)
     settings = state.settings
-    policy = settings.policy(persona_id)
-    if not settings.enabled:
-        return Refusal(RefusalReason.NOT_ENABLED, "the fleet is not enabled in this channel")
-    if not policy.enabled:
-        return Refusal(RefusalReason.NOT_ENABLED, f"persona {persona_id} is not enabled in this channel")
-    if policy.muted:
-        return Refusal(RefusalReason.MUTED, f"persona {persona_id} is muted in this channel")
-    if settings.paused:
-        return Refusal(RefusalReason.PAUSED, "the channel is paused")
+    refusal = _standing(state, persona_id)
+    if refusal is not None:
+        return refusal
     if not claimed:
         refusal = _budget_spent(state, now) or _idle_capped(state, persona_id, now, replacing)
         if refusal is None:
@@ -273,6 +271,46 @@ def check_turn(
             f"{tier} costs {cost}; the pool holds {available}",
             retry_after=_wait_for(state, cost, now, replacing),
         )
+    return None
+
+
+def verdicts(state: ChannelState, persona_id: str, now: float) -> dict[Tier, Refusal | None]:
+    """``check_turn`` of a claim of each tier by ``persona_id`` now (what its status shows), the checks that are the
+    same for every tier made once: a status is read at every look of every persona."""
+    tiers = state.settings.tiers
+    refusal = _standing(state, persona_id) or _budget_spent(state, now) or _idle_capped(state, persona_id, now, None)
+    if refusal is not None:
+        return dict.fromkeys(tiers, refusal)
+    pending = _pending(state, now)
+    available = max(0, state.settings.capacity - sum(spend.cost for spend in pending))
+    found: dict[Tier, Refusal | None] = {}
+    for tier, rule in tiers.items():
+        refusal = _floor_taken(state, persona_id, tier, now)
+        if refusal is None:
+            nod = tier is Tier.AIZUCHI
+            refusal = _nodded(state, persona_id, now, None) if nod else _nod_first(state, persona_id, now, None)
+        if refusal is None and available < rule.cost:
+            refusal = Refusal(
+                RefusalReason.INSUFFICIENT,
+                f"{tier} costs {rule.cost}; the pool holds {available}",
+                retry_after=_wait_for(state, rule.cost, now, None, pending),
+            )
+        found[tier] = refusal
+    return found
+
+
+def _standing(state: ChannelState, persona_id: str) -> Refusal | None:
+    """Whether the persona may take part here at all: the fleet and the persona enabled, not muted, not paused."""
+    settings = state.settings
+    policy = settings.policy(persona_id)
+    if not settings.enabled:
+        return Refusal(RefusalReason.NOT_ENABLED, "the fleet is not enabled in this channel")
+    if not policy.enabled:
+        return Refusal(RefusalReason.NOT_ENABLED, f"persona {persona_id} is not enabled in this channel")
+    if policy.muted:
+        return Refusal(RefusalReason.MUTED, f"persona {persona_id} is muted in this channel")
+    if settings.paused:
+        return Refusal(RefusalReason.PAUSED, "the channel is paused")
     return None
 
 

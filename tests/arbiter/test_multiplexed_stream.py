@@ -1,7 +1,8 @@
 """The multiplexed event stream (GET /v1/events) never skips a message of any channel it follows: a client that
 reconnects and subscribes each channel again after the last seq it saw there gets every message after it exactly
 once and in order, per channel, while messages keep being written to several channels at once; a channel that
-falls behind ends alone and resumes where it is told; a persona's status comes pushed after each change.
+falls behind ends alone and resumes where it is told; a persona's status comes when it asks, as the channel is then,
+for any of the personas the stream acts for.
 
 On SQLite, and on PostgreSQL with two arbiters on one database (readers and writers use either), as the
 per-channel stream's own test (test_stream_joins) does.
@@ -22,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from arbiter.contract import Tier
-from tests.conftest import auth
+from tests.conftest import ADMIN_TOKEN, auth
 from tests.support.arbiters import serve
 from tests.support.events import next_frame
 
@@ -238,10 +239,14 @@ async def test_a_channel_that_falls_behind_ends_alone_and_resumes_as_told_losing
     assert seen == {"busy": list(range(1, total + 1)), "calm": list(range(1, bursts + 1))}
 
 
-# --- what a subscription starts with, and the persona's pushed status ------------------------------------
+# --- what a subscription starts with, and the statuses asked on the stream ---------------------------------
 
 
-async def test_recent_replays_the_channels_last_messages_then_the_level_then_the_personas_status(
+async def ask(ws: Socket, *asks: dict[str, str]) -> None:
+    await ws.send_str(json.dumps({"status": list(asks)}))
+
+
+async def test_recent_replays_the_channels_last_messages_then_the_level_and_no_status_unasked(
     arbiter: Arbiter, client: TestClient[Any, Any]
 ) -> None:
     service = arbiter.service
@@ -251,45 +256,129 @@ async def test_recent_replays_the_channels_last_messages_then_the_level_then_the
     ]
     async with client.ws_connect(PATH, headers=auth("hana")) as ws:
         await ws.send_str(json.dumps({"subscribe": [{"channel": "lobby", "recent": 2}]}))
-        frames = await frames_until(ws, lambda f: f["type"] == "status")
-        assert [f["type"] for f in frames] == ["message", "message", "level", "status"]
+        frames = await frames_until(ws, lambda f: f["type"] == "level")
+        assert [f["type"] for f in frames] == ["message", "message", "level"]
         assert seqs(frames, "lobby") == said[-2:]
-        pushed = frames[-1]["status"]
-        assert pushed == (await service.status("lobby", "hana")).model_dump(mode="json")
-
-        # A claim by another persona moves the level and hana's verdicts, but is no cue to look: no status follows
-        # it. The next message is one, and the status pushed after it has the claim in it.
-        claimed = await service.claim("lobby", "kai", Tier.LONG)
-        assert claimed.granted
-        await service.record_message("lobby", author_id="u1", author_name="Yui", text="and you, Kai?")
-        frames = await frames_until(ws, lambda f: f["type"] == "status")
-        kinds = [f["type"] for f in frames]
-        assert kinds.index("claim") < kinds.index("message") and kinds.count("status") == 1
-        status = frames[-1]["status"]
-        assert status["level"] == pushed["level"] - claimed.claim.cost  # type: ignore[union-attr]
-        assert status["claims_held"] == {"long": 1}
-        assert status == (await service.status("lobby", "hana")).model_dump(mode="json")
+        # Claims, messages, claims given back: events, and no status unless one is asked for.
+        claimed = await service.claim("lobby", "kai", Tier.REMARK)
+        assert claimed.granted and claimed.claim is not None
+        await service.record_message("lobby", author_id="u1", author_name="Yui", text="and you?")
+        await service.release("lobby", "kai", claimed.claim.claim_id)
+        frames = await frames_until(ws, lambda f: f["type"] == "claim" and f["claim"]["state"] == "released")
+        frames.append(await next_frame(ws))  # the level it brought back
+        assert [f["type"] for f in frames] == ["claim", "level", "message", "claim", "level"]
+        with pytest.raises(TimeoutError):
+            await next_frame(ws, within=0.3)
 
 
-async def test_a_claim_pushes_no_status_and_a_claim_given_back_does(
+async def test_a_status_asked_on_the_stream_is_the_channel_as_it_is_when_asked(
     arbiter: Arbiter, client: TestClient[Any, Any]
 ) -> None:
     service = arbiter.service
     await service.ensure_channel("lobby")
     async with client.ws_connect(PATH, headers=auth("hana")) as ws:
         await subscribe(ws, lobby=0)
-        await frames_until(ws, lambda f: f["type"] == "status")
+        await frames_until(ws, lambda f: f["type"] == "level")
+        await ask(ws, {"channel": "lobby"})  # by default, the status of the persona whose token opened the stream
+        [answer] = await frames_until(ws, lambda f: f["type"] == "status")
+        assert (answer["channel_id"], answer["persona"]) == ("lobby", "hana")
+        assert answer["status"] == (await service.status("lobby", "hana")).model_dump(mode="json")
+        before = answer["status"]
 
+        # Another's claim moved the pool and the verdicts: the next answer has it, as GET status would.
+        claimed = await service.claim("lobby", "kai", Tier.LONG)
+        assert claimed.granted and claimed.claim is not None
+        await ask(ws, {"channel": "lobby", "persona": "hana"})
+        frames = await frames_until(ws, lambda f: f["type"] == "status")
+        assert [f["type"] for f in frames][:2] == ["claim", "level"]  # the claim's events came first
+        status = frames[-1]["status"]
+        assert status["level"] == before["level"] - claimed.claim.cost
+        assert status["claims_held"] == {"long": 1}
+        assert status == (await service.status("lobby", "hana")).model_dump(mode="json")
+
+
+async def test_a_stream_acts_for_the_personas_whose_tokens_it_is_given(
+    arbiter: Arbiter, client: TestClient[Any, Any]
+) -> None:
+    service = arbiter.service
+    await service.ensure_channel("lobby")
+    await service.set_persona("lobby", "kai", muted=True)
+    kai = auth("kai")["Authorization"].removeprefix("Bearer ")
+    async with client.ws_connect(PATH, headers=auth("hana")) as ws:
+        await ws.send_str(json.dumps({"tokens": [kai], "subscribe": [{"channel": "lobby"}]}))
+        await frames_until(ws, lambda f: f["type"] == "level")
+        await ask(ws, {"channel": "lobby", "persona": "kai"}, {"channel": "lobby", "persona": "hana"})
+        first, second = await frames_until(ws, lambda f: f.get("persona") == "hana")
+        assert (first["persona"], first["status"]["you"]["muted"]) == ("kai", True)
+        assert first["status"] == (await service.status("lobby", "kai")).model_dump(mode="json")
+        assert (second["persona"], second["status"]["you"]["muted"]) == ("hana", False)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        # A token the arbiter does not know: named by its place, never shown.
+        ("hana", {"tokens": ["not-a-token-of-anyone-here"]}, 4401, "tokens.0: unknown token"),
+        ("hana", {"tokens": [ADMIN_TOKEN]}, 4401, "tokens.0: the admin token acts for no persona"),
+        ("hana", {"status": [{"channel": "lobby", "persona": "kai"}]}, 4403, "does not act for persona kai"),
+        ("admin", {"status": [{"channel": "lobby"}]}, 4403, "does not act for no persona"),
+    ],
+)
+async def test_a_token_it_does_not_know_or_a_status_not_its_own_closes_the_stream_naming_why(
+    arbiter: Arbiter, client: TestClient[Any, Any], case: tuple[str, dict[str, Any], int, str]
+) -> None:
+    who, command, code, named = case  # who opens the stream, what it sends, and how the arbiter closes it
+    await arbiter.service.ensure_channel("lobby")
+    async with client.ws_connect(PATH, headers=auth(who)) as ws:
+        await ws.send_str(json.dumps(command))
+        frame = await asyncio.wait_for(ws.receive(), 5)
+        assert frame.type is WSMsgType.CLOSE, frame
+        assert (frame.data, named in frame.extra) == (code, True), frame.extra
+        assert "not-a-token" not in frame.extra and ADMIN_TOKEN not in frame.extra
+
+
+async def test_the_status_of_an_unknown_channel_ends_it_as_unknown(
+    arbiter: Arbiter, client: TestClient[Any, Any]
+) -> None:
+    async with client.ws_connect(PATH, headers=auth("hana")) as ws:
+        await ask(ws, {"channel": "nowhere"})
+        frame = await next_frame(ws)
+        assert (frame["type"], frame["channel_id"], frame["reason"]) == ("ended", "nowhere", "unknown_channel")
+
+
+async def test_skipped_kinds_are_not_sent_but_the_level_that_ends_a_replay_is(
+    arbiter: Arbiter, client: TestClient[Any, Any]
+) -> None:
+    service = arbiter.service
+    await service.ensure_channel("lobby")
+    async with client.ws_connect(PATH, headers=auth("hana")) as ws:
+        await ws.send_str(json.dumps({"skip": ["level", "claim"], "subscribe": [{"channel": "lobby", "after": 0}]}))
+        assert (await next_frame(ws))["type"] == "level"  # the replay's end, whatever is skipped
         claimed = await service.claim("lobby", "kai", Tier.REMARK)
         assert claimed.granted and claimed.claim is not None
-        frames = await frames_until(ws, lambda f: f["type"] == "level")
-        assert [f["type"] for f in frames] == ["claim", "level"]
-        # Given back (a pass): the pool refills and the floor may open, with no message to say so. The status after
-        # it says so, and it is the first since the replay: the claim brought none.
+        said = await service.record_message("lobby", author_id="u1", author_name="Yui", text="hi")
+        frame = await next_frame(ws)
+        assert (frame["type"], frame["message"]["seq"]) == ("message", said.seq)  # no claim, no level before it
+        await ws.send_str(json.dumps({"skip": []}))  # every kind again
+        await asyncio.sleep(0.05)
         await service.release("lobby", "kai", claimed.claim.claim_id)
-        frames = await frames_until(ws, lambda f: f["type"] == "status")
-        assert [f["type"] for f in frames].count("status") == 1
-        assert frames[-1]["status"] == (await service.status("lobby", "hana")).model_dump(mode="json")
+        assert [(await next_frame(ws))["type"] for _ in range(2)] == ["claim", "level"]
+
+
+async def test_after_and_recent_together_start_from_whichever_is_earlier(
+    arbiter: Arbiter, client: TestClient[Any, Any]
+) -> None:
+    service = arbiter.service
+    await service.ensure_channel("lobby")
+    for n in range(6):
+        await service.record_message("lobby", author_id="u1", author_name="Yui", text=f"m{n}")
+    async with client.ws_connect(PATH, headers=auth("hana")) as ws:
+        # One persona resumes after 5, another arrives wanting the last 3: messages 4 to 6.
+        await ws.send_str(json.dumps({"subscribe": [{"channel": "lobby", "after": 5, "recent": 3}]}))
+        assert seqs(await frames_until(ws, lambda f: f["type"] == "level"), "lobby") == [4, 5, 6]
+        # Resuming after 1 reaches further back than the last 3: messages 2 to 6.
+        await ws.send_str(json.dumps({"subscribe": [{"channel": "lobby", "after": 1, "recent": 3}]}))
+        assert seqs(await frames_until(ws, lambda f: f["type"] == "level"), "lobby") == [2, 3, 4, 5, 6]
 
 
 async def test_a_refused_claim_brings_the_personas_status_after_it(arbiter: Arbiter) -> None:
@@ -305,32 +394,17 @@ async def test_a_refused_claim_brings_the_personas_status_after_it(arbiter: Arbi
     assert granted.granted and granted.status is None  # a grant needs none: the claim is the plan
 
 
-async def test_the_admin_gets_events_but_no_status(arbiter: Arbiter, client: TestClient[Any, Any]) -> None:
-    await arbiter.service.ensure_channel("lobby")
-    async with client.ws_connect(PATH, headers=auth("admin")) as ws:
-        await subscribe(ws, lobby=0)
-        assert (await next_frame(ws))["type"] == "level"
-        said = await arbiter.service.record_message("lobby", author_id="u1", author_name="Yui", text="hi")
-        frame = await next_frame(ws)
-        assert (frame["type"], frame["message"]["seq"]) == ("message", said.seq)
-        with pytest.raises(TimeoutError):
-            await next_frame(ws, within=0.3)
-
-
 async def test_an_unknown_channel_ends_alone_and_the_others_go_on(
     arbiter: Arbiter, client: TestClient[Any, Any]
 ) -> None:
     await arbiter.service.ensure_channel("lobby")
     async with client.ws_connect(PATH, headers=auth("hana")) as ws:
         await subscribe(ws, nowhere=0, lobby=0)
-        frames = [await next_frame(ws) for _ in range(3)]  # the two channels start in either order
+        frames = [await next_frame(ws) for _ in range(2)]  # the two channels start in either order
         [ended] = [f for f in frames if f["type"] == "ended"]
         assert (ended["channel_id"], ended["reason"], ended["after"]) == ("nowhere", "unknown_channel", None)
         assert "nowhere" in ended["detail"]
-        assert [(f["type"], f["channel_id"]) for f in frames if f is not ended] == [
-            ("level", "lobby"),
-            ("status", "lobby"),
-        ]
+        assert [(f["type"], f["channel_id"]) for f in frames if f is not ended] == [("level", "lobby")]
 
 
 async def test_unsubscribing_stops_a_channel_and_subscribing_again_restarts_it(
@@ -360,7 +434,10 @@ async def test_unsubscribing_stops_a_channel_and_subscribing_again_restarts_it(
         ("not json", "bad command"),
         (json.dumps({"subscribe": [{"channel": "bad channel!", "after": 0}]}), "subscribe.0.channel"),
         (json.dumps({"subscribe": [{"channel": "lobby", "after": -1}]}), "subscribe.0.after"),
-        (json.dumps({"subscribe": [{"channel": "lobby", "after": 3, "recent": 5}]}), "after or recent"),
+        (json.dumps({"subscribe": [{"channel": "lobby", "recent": 0}]}), "subscribe.0.recent"),
+        (json.dumps({"skip": ["levels"]}), "skip.0"),
+        (json.dumps({"tokens": [""]}), "tokens.0"),
+        (json.dumps({"status": [{"channel": "lobby", "persona": "no such!"}]}), "status.0.persona"),
         (json.dumps({"follow": ["lobby"]}), "follow"),
     ],
 )

@@ -83,7 +83,7 @@ async def test_an_addressed_persona_looks_claims_generates_speaks_and_posts(live
     assert (reply.author_id, reply.text, reply.seq) == ("aoi", post.text, asked + 1)
     assert reply.tier is Tier.REMARK  # addressed: it claimed a remark, and the scripted model used it
     await eventually(lambda: _linked(live, reply.seq, post.platform_message_id), what="the platform id linked")
-    # The order of the issue: claim (planned from the status the stream pushed: no status request), its notes read
+    # The order of the issue: claim (planned from the status asked on the stream: no status request), its notes read
     # once before its first generation, (one LLM call), speak, then the post's platform id. The scripted stand-in
     # costs nothing, so there is no usage to report.
     calls = [call for call in live.log.of("aoi") if call != ("GET", "/v1/events")]
@@ -94,7 +94,7 @@ async def test_an_addressed_persona_looks_claims_generates_speaks_and_posts(live
         ("POST", "claims/speak"),
         ("PUT", "messages/platform-id"),
     ]
-    assert (runtime.stats.statuses_pushed, runtime.stats.statuses_read) == (1, 0)
+    assert (runtime.stats.statuses_streamed, runtime.stats.statuses_read) == (1, 0)
     assert ("POST", "usage") not in calls
     assert provider.calls == runtime.stats.llm_requests == 1
     assert ("aoi", CHANNEL) in live.room.typing  # it showed it was typing while it generated
@@ -266,7 +266,7 @@ async def test_a_blocked_persona_checks_status_and_makes_no_claim_and_no_llm_cal
 
     calls = [call for call in live.log.of("aoi") if call != ("GET", "/v1/events")]
     # The look planned from the persona's status (pushed by the stream), with the block in its verdicts.
-    assert runtime.stats.statuses_pushed + runtime.stats.statuses_read >= 1
+    assert runtime.stats.statuses_streamed + runtime.stats.statuses_read >= 1
     assert (("POST", "claims") in calls) is speaks
     assert (runtime.stats.claims, provider.calls) == ((1, 1) if speaks else (0, 0))
     if speaks:
@@ -368,10 +368,11 @@ async def test_a_persona_waiting_for_a_refund_claims_when_it_is_due_without_read
     await live.say(CHANNEL, "Aoi, hello?")
     await eventually(lambda: live.room.posts, what="aoi answers once the remark's cost is back")
 
-    # It planned the wait from the pushed status, and the claim at its end from the same status rolled forward along
-    # the refunds it listed: no status read, and no claim before the pool held a remark.
+    # It planned the wait from the status it asked on the stream, and the claim at its end from the status it asked
+    # then: no status read over HTTP, and no claim before the pool held a remark.
     assert ("GET", "status") not in live.log.of("aoi")
     assert (runtime.stats.statuses_read, runtime.stats.refused_claims) == (0, 0)
+    assert runtime.stats.statuses_streamed == runtime.stats.looks >= 2
     assert runtime.stats.claims == 1
 
 
@@ -817,7 +818,7 @@ def check_every_generation_was_claimed_and_used(
         # ... or a deliberate pass, or stopped when a message came that it could no longer be said after
         assert stats.llm_requests == sum(stats.posted.values()) + stats.passes + stats.overtaken, persona_id
         # Every claim planned from a status: the one the stream pushed, or one read when none held.
-        assert stats.claims <= stats.statuses_pushed + stats.statuses_read, persona_id
+        assert stats.claims <= stats.statuses_streamed + stats.statuses_read, persona_id
         calls = live.log.of(persona_id)
         assert calls.count(("GET", "status")) == stats.statuses_read, persona_id
 
@@ -977,7 +978,7 @@ async def test_a_persona_in_several_channels_holds_one_stream_and_reads_no_statu
     calls = live.log.of("aoi")
     assert calls.count(("GET", "/v1/events")) == 1  # one connection for the three channels
     assert ("GET", "status") not in calls and ("GET", "history") not in calls
-    assert runtime.stats.statuses_pushed >= 3
+    assert runtime.stats.statuses_streamed >= 3
 
 
 async def spoken_after_in(live: Live, channel: str, seq: int) -> bool:
@@ -1004,28 +1005,26 @@ async def test_a_quiet_worker_holds_no_task_and_a_busy_one_lets_it_go_when_done(
     await eventually(lambda: live.room.posts, what="a post")
     await eventually(lambda: runtime.join(channels[3]).idle, what="the turn over")
     await eventually(lambda: not turn_tasks(), what="the look's task gone with it")
-    # Nor the status it planned from: with no look to come, none would read it (a thousand channels' worth is MBs).
-    assert runtime.join(channels[3])._status is None
 
 
-async def test_a_worker_that_chose_silence_twice_keeps_no_status(live: Live) -> None:
+async def test_a_worker_that_chose_silence_looks_once_more_then_rests(live: Live) -> None:
     shy = make_persona("aoi", talkativeness=0.0, extraversion=0.0, agreeableness=0.0)
     runtime = await live.start(shy, scripted(shy), CHANNEL, seed=5)
     await live.say(CHANNEL, "Nice weather today.")
 
-    # A silence is a cue too: it looks once more after a pause (the status kept for that look, as JSON), and stays
-    # quiet again. Then nothing is to come, and the status goes.
+    # A silence is a cue too: it looks once more after a pause (asking its status again), and stays quiet again.
+    # Then nothing is to come: no task, no retry.
     await eventually(lambda: runtime.stats.looks >= 2, what="a second look")
     await eventually(lambda: runtime.join(CHANNEL).idle, what="the looks over")
     assert runtime.stats.claims == 0
-    assert runtime.join(CHANNEL)._status is None
+    assert runtime.stats.statuses_streamed == runtime.stats.looks == 2
 
 
-async def test_the_personas_of_a_process_share_each_message_parsed_once(live: Live) -> None:
+async def test_the_personas_of_a_process_share_one_stream_and_each_message_parsed_once(live: Live) -> None:
     aoi, ben = make_persona("aoi"), make_persona("ben")
     first = await live.start(aoi, scripted(aoi), CHANNEL)
     second = await live.start(ben, scripted(ben, seed=2), CHANNEL)
-    said = await live.say(CHANNEL, "Nice weather today.")
+    said = await live.say(CHANNEL, "Ben and Aoi, nice weather today?")
 
     def heard(runtime: PersonaRuntime) -> bool:
         return any(m.seq == said for m in runtime.join(CHANNEL).window)
@@ -1033,4 +1032,9 @@ async def test_the_personas_of_a_process_share_each_message_parsed_once(live: Li
     await eventually(lambda: heard(first) and heard(second), what="both heard it")
     [one] = [m for m in first.join(CHANNEL).window if m.seq == said]
     [other] = [m for m in second.join(CHANNEL).window if m.seq == said]
-    assert one is other  # one object for both windows (each persona's stream brought the same frame)
+    assert one is other  # one object for both windows: the stream brought one frame for both
+    # One connection for both personas, opened with the first one's token; each asked its own status on it.
+    streams = [entry for entry in live.log.entries if entry[1:] == ("GET", "/v1/events")]
+    assert [who for who, _, _ in streams] == ["aoi"]
+    await eventually(lambda: first.stats.statuses_streamed and second.stats.statuses_streamed, what="both looked")
+    assert ("GET", "status") not in live.log.of("aoi") + live.log.of("ben")

@@ -26,11 +26,10 @@ from aiohttp.test_utils import TestServer
 from arbiter.contract import AuthorKind
 from arbiter.server import open_arbiter
 from bots.arbiter_client import ArbiterClient
-from bots.frames import FrameCache
 from bots.llm.base import ChatProvider
 from bots.persona import BigFive, Persona, Samples
 from bots.platforms.memory import MemoryRoom
-from bots.runtime import PersonaRuntime, RuntimeConfig
+from bots.runtime import PersonaRuntime, RuntimeConfig, personas_stream
 from tests.conftest import make_settings
 
 if TYPE_CHECKING:
@@ -38,6 +37,7 @@ if TYPE_CHECKING:
 
     from arbiter.contract import MessageView, StatusView
     from arbiter.server import Arbiter
+    from bots.follower import StreamFollower
     from bots.llm.base import Completion, CompletionRequest, DecisionRequest, DecisionResult
     from bots.mcp_host import ToolHost
     from bots.runtime import ChannelWorker
@@ -236,7 +236,8 @@ class Live:
     log: RequestLog
     room: MemoryRoom = field(default_factory=MemoryRoom)
     runtimes: list[PersonaRuntime] = field(default_factory=list)
-    frames: FrameCache = field(default_factory=FrameCache)  # shared by the personas' clients, as in a fleet
+    # The personas' one event stream, as in a fleet: opened with the first one's token, acting for each one's after.
+    stream: StreamFollower | None = None
     server: TestServer | None = None
     port: int = 0
 
@@ -265,7 +266,7 @@ class Live:
             self.server = None
 
     def client(self, persona_id: str) -> ArbiterClient:
-        return ArbiterClient(self.session, self.url, self.tokens[persona_id], timeout_s=5.0, frames=self.frames)
+        return ArbiterClient(self.session, self.url, self.tokens[persona_id], timeout_s=5.0)
 
     async def channel(self, channel_id: str, **changes: Any) -> None:
         """Create a channel with the fast test defaults, ``changes`` merged over them (tiers per tier)."""
@@ -302,16 +303,23 @@ class Live:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         tools: ToolHost | None = None,
     ) -> PersonaRuntime:
-        """A runtime for ``persona``, registered, in the channel and following its events."""
+        """A runtime for ``persona``, registered, in the channel and following its events (on the personas' one
+        stream)."""
+        client = self.client(persona.id)
+        if self.stream is None:
+            self.stream = personas_stream(client, name="live personas", config=config, sleep=sleep)
+        else:
+            self.stream.act_for(self.tokens[persona.id])
         runtime = kind(
             persona,
             provider,
-            self.client(persona.id),
+            client,
             self.room.platform(persona.id),
             config=config,
             rng=random.Random(seed),
             sleep=sleep,
             tools=tools,
+            follower=self.stream,
         )
         self.runtimes.append(runtime)
         await runtime.start()
@@ -349,6 +357,8 @@ class Live:
         for runtime in self.runtimes:
             await runtime.close()
             await runtime.provider.aclose()
+        if self.stream is not None:
+            await self.stream.close()
         await self.stop()
 
 

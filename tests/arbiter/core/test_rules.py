@@ -7,11 +7,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from arbiter.core import rules
 from arbiter.core.errors import ConflictError, InvalidRequest, NotFound, PermissionDenied
 from arbiter.core.models import AuthorKind, ChannelState, Message, Priority, RefusalReason, SpendState, Tier
-from arbiter.core.rules import ClaimGranted, Released
+from arbiter.core.rules import Author, ClaimGranted, Released
 from tests.arbiter.core.builders import (
     DISTINCT_RECOVERY,
     HANA,
@@ -1600,3 +1602,68 @@ def test_a_deleted_message_cannot_be_edited_linked_or_deleted_again() -> None:
 )
 def test_utc_day_is_the_calendar_day_in_utc(moment: str) -> None:
     assert rules.utc_day(_utc(moment)) == dt.datetime.fromisoformat(moment).date().toordinal()
+
+
+# --- a status's verdicts: check_turn for every tier, made at once ----------------------------------------------
+
+_PEOPLE = (HANA, KAI, MIO)
+_MOVES = st.lists(
+    st.tuples(
+        st.sampled_from(["hear", "ask", "nod", "remark", "long", "claim nod", "claim remark", "pass", "speak"]),
+        st.sampled_from(_PEOPLE),
+        st.floats(min_value=0.0, max_value=6.0),
+    ),
+    max_size=14,
+)
+_SETTINGS = st.fixed_dictionaries(
+    {
+        "capacity": st.sampled_from([60, 100, 250]),
+        "idle_cap": st.integers(1, 6),
+        "human_hold_s": st.sampled_from([0.0, 2.0]),
+        "priority_window_s": st.sampled_from([0.0, 10.0]),
+        "paused": st.sampled_from([False, False, False, True]),
+        "daily_token_budget": st.sampled_from([None, 1, 10_000]),
+    }
+)
+
+
+def _moved(state: ChannelState, move: tuple[str, Author, float], now: float) -> ChannelState:
+    """The state after one move, whatever the rules said to it (a refusal leaves it as it was)."""
+    what, who, _ = move
+    held = state.claim_of(who.id, now)
+    if what in ("hear", "ask"):
+        addressed = (who.id,) if what == "ask" else ()
+        return rules.observe(state, HUMAN, f"{what} {who.id}", now, addressed=addressed).state
+    if what in ("nod", "remark", "long"):
+        tier = {"nod": Tier.AIZUCHI, "remark": Tier.REMARK, "long": Tier.LONG}[what]
+        return rules.consume(state, who, f"{who.name} {what}", now, spend_id=new_id(), tier=tier).state
+    if what.startswith("claim"):
+        tier = Tier.AIZUCHI if what.endswith("nod") else Tier.REMARK
+        return rules.claim(state, who.id, tier, now, claim_id=new_id("c")).state
+    if held is None:
+        return state
+    if what == "pass":
+        return rules.release(state, who.id, held.id, now).state
+    return rules.speak(state, who, held.id, f"{who.name} speaks", now).state
+
+
+@settings(max_examples=300, deadline=None)
+@given(moves=_MOVES, knobs=_SETTINGS, tokens=st.sampled_from([0, 5_000]), muted=st.sampled_from([None, *_PEOPLE]))
+def test_a_statuss_verdicts_are_check_turn_for_each_tier(
+    moves: list[tuple[str, Author, float]], knobs: dict[str, Any], tokens: int, muted: Author | None
+) -> None:
+    state, now = channel(**knobs), T0
+    if muted is not None:
+        state = with_policy(state, muted.id, muted=True)
+    for move in moves:
+        now += move[2]
+        state = _moved(state, move, now)
+    state = rules.record_usage(state, tokens, now).state if tokens else state
+    for later in (now, now + 1.5, now + 7.0):
+        for persona in _PEOPLE:
+            found = rules.verdicts(state, persona.id, later)
+            expected = {
+                tier: rules.check_turn(state, persona.id, tier, rule.cost, later)
+                for tier, rule in state.settings.tiers.items()
+            }
+            assert found == expected, (persona.id, later)
