@@ -307,6 +307,11 @@ class ClaimRequest(_In):
     tier: Tier
     based_on_seq: Seq | None = None
     persona: Id | None = None
+    notes: StrictBool = Field(
+        False,
+        description="with a granted claim, also the persona's notes on this channel (``memory``): a persona reads"
+        " them once, before its first generation there",
+    )
 
 
 class SpeakRequest(_In):
@@ -468,6 +473,9 @@ class ClaimResult(Verdict):
     claim: ClaimView | None = None
     status: StatusView | None = Field(
         None, description="on a refusal, the persona's status after it: what to plan its next look from"
+    )
+    memory: MemoryView | None = Field(
+        None, description="granted and asked with notes: the persona's notes here (null when it has none yet)"
     )
 
 

@@ -24,6 +24,7 @@ from arbiter.storage import repository as repo
 from arbiter.views import (
     claim_result,
     level_event,
+    memory_view,
     message_view,
     persona_view,
     release_result,
@@ -77,8 +78,10 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
         return await self._change(channel_id, step)
 
     async def claim(
-        self, channel_id: str, persona_id: str, tier: Tier, *, based_on_seq: int | None = None
+        self, channel_id: str, persona_id: str, tier: Tier, *, based_on_seq: int | None = None, notes: bool = False
     ) -> wire.ClaimResult:
+        """Hold a tier's cost. ``notes``: a granted claim comes with the persona's notes here (its first generation
+        needs them, and this saves it a request)."""
         self.registry.require(persona_id)
 
         def step(tx: WriteTx, state: ChannelState) -> wire.ClaimResult:
@@ -87,7 +90,10 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
             self._commit(tx, state, transition)
             result = claim_result(transition.state, now, transition.outcome)
             if result.granted:
-                return result
+                if not notes:
+                    return result
+                found = repo.load_memories(tx.conn, channel_id, persona_id)
+                return result.model_copy(update={"memory": memory_view(found[0]) if found else None})
             # The persona planned from a status a claim has since moved: the fresh one saves it asking (or planning
             # the same refusal again) on its next look.
             name = self.registry.name(persona_id)

@@ -298,6 +298,7 @@ class ChannelWorker:
         "_replanned",
         "_retry",
         "_second_look",
+        "_speaking",
         "_task",
         "_turning",
         "_woken",
@@ -324,6 +325,7 @@ class ChannelWorker:
         self._retry: asyncio.TimerHandle | None = None
         self._turning = False
         self._held: str | None = None  # claim id while one is held
+        self._speaking: asyncio.Task[bool] | None = None  # a speech sent, until it is posted (or retracted)
         self._second_look: int | None = None  # seq a quiet persona will look at once more after a pause
         self._intent: tuple[int, Tier] | None = None  # (thread's seq, tier) it waits for the pool to afford
         self._floor_wait = False  # waiting while another persona has the floor
@@ -340,7 +342,7 @@ class ChannelWorker:
         # Its notes on this channel (its dialogue state) as the arbiter keeps them, and the update of the turn under
         # way, given to the arbiter with its speech or its release.
         self._notes: tuple[int, str] | None = None  # ``memory``, as (seq, the state's JSON): a third of it parsed
-        self._memory_read = False  # read from the arbiter once, before the first generation (or heard of before)
+        self._memory_read = False  # given with its first granted claim here (or heard of before)
         self._new_memory: wire.MemoryUpdate | None = None
         self._arrived = False  # the recent history is in (the stream's replay ended with the level)
         self._replanned = -1  # the seq a refused claim was planned again for, at once (once per message)
@@ -394,6 +396,10 @@ class ChannelWorker:
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        if self._speaking is not None:
+            # A speech already sent is seen through: what the arbiter granted is posted (or retracted), never left
+            # in the history unsaid.
+            await asyncio.gather(self._speaking, return_exceptions=True)
         if self._held is not None:
             await self._release(self._held)
 
@@ -622,7 +628,6 @@ class ChannelWorker:
             return
         self.answered = newest
         self._held = granted.claim_id
-        await self._read_memory()
         # The claim lapses at expires_at on the arbiter's clock, which read status.now about when this one read read_at.
         lapses = None if granted.expires_at is None else read_at + granted.expires_at - status.now
         addressed_by = _addressing(self.persona.id, window) if self.persona.id in status.priority else None
@@ -631,7 +636,7 @@ class ChannelWorker:
         try:
             spoke = await self._generate_and_speak(status, window, granted, lapses, allow_pass=not second_try)
         finally:
-            if self._held is not None:
+            if self._held is not None and self._speaking is None:  # (a speech under way settles the claim itself)
                 await self._release(self._held)
         if addressed_by is not None and not spoke and not second_try:
             # Asked, and nothing came of it (a pass, a failure, an unusable answer): one more look, with no pass
@@ -641,21 +646,23 @@ class ChannelWorker:
         elif second_try:
             self._must_answer = None
 
-    async def _read_memory(self) -> None:
-        """Its notes here, read once before the first generation (not on arrival: a persona in a thousand channels
-        would make a thousand reads at once); the memory events keep them current after that."""
-        if self._memory_read:
-            return
-        read = await self.runtime.arbiter.memory(self.channel_id)
-        if not self._memory_read and (self._notes is None or (read is not None and read.seq >= self._notes[0])):
-            self.memory = read
+    def _take_notes(self, found: wire.MemoryView | None) -> None:
+        """Its notes here as the arbiter had them when it granted its first claim (not read on arrival: a persona in
+        a thousand channels would make a thousand reads at once); the memory events keep them current after that,
+        and one of those that came meanwhile is not taken back by an older read."""
+        if self._notes is None or (found is not None and found.seq >= self._notes[0]):
+            self.memory = None if found is None else wire.MemoryUpdate(seq=found.seq, state=found.state)
         self._memory_read = True
 
     async def _claim(self, tier: Tier, based_on: int, thread: int) -> wire.ClaimView | None:
         runtime = self.runtime
-        result = await runtime.arbiter.claim(self.channel_id, wire.ClaimRequest(tier=tier, based_on_seq=based_on))
+        notes = not self._memory_read  # its notes come with its first granted claim here
+        request = wire.ClaimRequest(tier=tier, based_on_seq=based_on, notes=notes)
+        result = await runtime.arbiter.claim(self.channel_id, request)
         runtime.stats.claims += 1
         if result.granted and result.claim is not None:
+            if notes and not self._memory_read:
+                self._take_notes(result.memory)
             return result.claim
         runtime.stats.refused_claims += 1
         _log.debug("persona=%s claim of %s refused: %s", self.persona.id, tier, result.reason)
@@ -819,7 +826,18 @@ class ChannelWorker:
         return round(lapses - self.runtime.config.speak_margin_s - self.runtime.clock(), 3)
 
     async def _speak(self, claim: wire.ClaimView, tier: Tier, text: str, based_on: int) -> bool:
-        """Speak on the claim and post; whether the arbiter granted the message (a failed post is retracted)."""
+        """Speak on the claim and post; whether the arbiter granted the message (a failed post is retracted). Once
+        sent, the speech is seen through even if the persona is closed meanwhile (``close`` waits for it)."""
+        self._speaking = speaking = asyncio.ensure_future(self._speak_and_post(claim, tier, text, based_on))
+        return await asyncio.shield(speaking)
+
+    async def _speak_and_post(self, claim: wire.ClaimView, tier: Tier, text: str, based_on: int) -> bool:
+        try:
+            return await self._speak_now(claim, tier, text, based_on)
+        finally:
+            self._speaking = None
+
+    async def _speak_now(self, claim: wire.ClaimView, tier: Tier, text: str, based_on: int) -> bool:
         runtime = self.runtime
         memory = self._new_memory
         request = wire.SpeakRequest(text=text, tier=tier, based_on_seq=based_on, memory=memory)
@@ -872,8 +890,12 @@ class ChannelWorker:
                 memory = None
                 await asyncio.shield(self.runtime.arbiter.release(self.channel_id, claim_id))
         except (BotError, asyncio.CancelledError) as error:
-            # The claim lapses at its time-to-live anyway; the arbiter never keeps it.
-            _log.warning("persona=%s: could not release claim %s: %s", self.persona.id, claim_id, error)
+            if isinstance(error, ArbiterRejected) and error.code == "claim_closed":
+                # Settled meanwhile (spoken, or lapsed at its time-to-live): nothing to give back.
+                _log.info("persona=%s: claim %s was settled before its release: %s", self.persona.id, claim_id, error)
+            else:
+                # The claim lapses at its time-to-live anyway; the arbiter never keeps it.
+                _log.warning("persona=%s: could not release claim %s: %s", self.persona.id, claim_id, error)
             return
         if memory is not None:
             self.memory = memory

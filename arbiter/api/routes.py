@@ -153,7 +153,9 @@ async def _consume(call: Call) -> BaseModel:
 async def _claim(call: Call) -> BaseModel:
     body: wire.ClaimRequest = call.body
     assert call.persona is not None
-    return await call.service.claim(call.channel_id, call.persona, body.tier, based_on_seq=body.based_on_seq)
+    return await call.service.claim(
+        call.channel_id, call.persona, body.tier, based_on_seq=body.based_on_seq, notes=body.notes
+    )
 
 
 async def _speak(call: Call) -> BaseModel:

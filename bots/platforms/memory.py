@@ -11,6 +11,7 @@ from bots.errors import PostFailed
 from bots.platforms.base import Platform, Posted
 
 if TYPE_CHECKING:
+    import asyncio
     from collections.abc import AsyncIterator, Callable
 
 __all__ = ("MemoryPlatform", "MemoryRoom", "PostRecord")
@@ -26,12 +27,15 @@ class PostRecord:
 
 @dataclass
 class MemoryRoom:
-    """Everything the personas did, in order. ``fail_post`` decides which posts fail (for failure tests)."""
+    """Everything the personas did, in order. ``fail_post`` decides which posts fail, and posts wait for
+    ``post_gate`` while it is set and closed (for failure and shutdown tests)."""
 
     posts: list[PostRecord] = field(default_factory=list)
     typing: list[tuple[str, str]] = field(default_factory=list)  # (persona, channel), when typing started
     typing_now: set[tuple[str, str]] = field(default_factory=set)
     fail_post: Callable[[str, str, str], bool] = lambda _persona, _channel, _text: False
+    post_gate: asyncio.Event | None = None
+    posting: int = 0  # posts under way
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def platform(self, persona_id: str) -> MemoryPlatform:
@@ -46,6 +50,12 @@ class MemoryPlatform(Platform):
         self.persona_id = persona_id
 
     async def post(self, channel_id: str, text: str) -> Posted:
+        self.room.posting += 1
+        try:
+            if self.room.post_gate is not None:
+                await self.room.post_gate.wait()
+        finally:
+            self.room.posting -= 1
         if self.room.fail_post(self.persona_id, channel_id, text):
             raise PostFailed(f"memory room refused the post of {self.persona_id} in {channel_id}")
         record = PostRecord(self.persona_id, channel_id, text, f"m{next(self.room._ids)}")

@@ -83,14 +83,13 @@ async def test_an_addressed_persona_looks_claims_generates_speaks_and_posts(live
     assert (reply.author_id, reply.text, reply.seq) == ("aoi", post.text, asked + 1)
     assert reply.tier is Tier.REMARK  # addressed: it claimed a remark, and the scripted model used it
     await eventually(lambda: _linked(live, reply.seq, post.platform_message_id), what="the platform id linked")
-    # The order of the issue: claim (planned from the status asked on the stream: no status request), its notes read
-    # once before its first generation, (one LLM call), speak, then the post's platform id. The scripted stand-in
+    # The order of the issue: claim (planned from the status asked on the stream: no status request; its notes here
+    # come with its first granted claim), (one LLM call), speak, then the post's platform id. The scripted stand-in
     # costs nothing, so there is no usage to report.
     calls = [call for call in live.log.of("aoi") if call != ("GET", "/v1/events")]
     assert calls == [
         ("PUT", "/v1/personas/aoi"),
         ("POST", "claims"),
-        ("GET", "memory"),
         ("POST", "claims/speak"),
         ("PUT", "messages/platform-id"),
     ]
@@ -372,7 +371,7 @@ async def test_a_persona_waiting_for_a_refund_claims_when_it_is_due_without_read
     # then: no status read over HTTP, and no claim before the pool held a remark.
     assert ("GET", "status") not in live.log.of("aoi")
     assert (runtime.stats.statuses_read, runtime.stats.refused_claims) == (0, 0)
-    assert runtime.stats.statuses_streamed == runtime.stats.looks >= 2
+    assert runtime.stats.statuses_streamed >= 2  # the look that waited, and the one at the wait's end
     assert runtime.stats.claims == 1
 
 
@@ -448,6 +447,28 @@ async def test_closing_the_runtime_mid_generation_releases_the_claim(live: Live)
     assert await pool_full(live)
     assert live.room.posts == []
     assert persona_lines(await live.history(CHANNEL)) == []
+
+
+async def test_closing_the_runtime_while_it_posts_sees_the_post_through(
+    live: Live, caplog: pytest.LogCaptureFixture
+) -> None:
+    aoi = make_persona("aoi")
+    runtime = await live.start(aoi, scripted(aoi), CHANNEL)
+    live.room.post_gate = gate = asyncio.Event()
+
+    await live.say(CHANNEL, "Aoi, a quick one?")
+    await eventually(lambda: live.room.posting == 1, what="the post under way")
+    closing = asyncio.create_task(runtime.close())
+    await asyncio.sleep(0.1)
+    assert not closing.done()  # the arbiter granted the message: it is posted before the persona goes
+    gate.set()
+    await asyncio.wait_for(closing, 5)
+
+    [post] = live.room.posts
+    [line] = persona_lines(await live.history(CHANNEL))
+    assert (line.text, line.platform_message_id) == (post.text, post.platform_message_id)
+    assert await claim_of(live, "aoi") is None
+    assert "could not release" not in caplog.text
 
 
 # --- coalescing --------------------------------------------------------------------------------------------

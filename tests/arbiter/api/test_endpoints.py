@@ -212,6 +212,27 @@ async def test_reset_memory_forgets_every_persona_s_notes(api: Api) -> None:
     assert (await api.call("GET", f"{CH}/memory", "admin"))["memories"] == []
 
 
+async def test_a_claim_asked_with_notes_brings_the_personas_own_when_granted(api: Api) -> None:
+    seq = await _pass_with_notes(api, "hana", "tea")
+    await _pass_with_notes(api, "kai", "cake")
+    granted = await api.call("POST", f"{CH}/claims", "hana", json={"tier": "aizuchi", "notes": True})
+    assert granted["granted"] is True
+    assert (granted["memory"]["persona"], granted["memory"]["seq"], granted["memory"]["state"]["topic"]) == (
+        "hana",
+        seq,
+        "tea",
+    )
+    # Not asked: none. Refused (a nod is on its way): none either. None kept yet: null.
+    await api.call("DELETE", f"{CH}/claims/{granted['claim']['claim_id']}", "hana")
+    plain = await api.call("POST", f"{CH}/claims", "kai", json={"tier": "aizuchi"})
+    assert plain["granted"] is True and plain["memory"] is None
+    refused = await api.call("POST", f"{CH}/claims", "hana", json={"tier": "aizuchi", "notes": True})
+    assert refused["granted"] is False and refused["memory"] is None
+    await api.call("DELETE", f"{CH}/claims/{plain['claim']['claim_id']}", "kai")
+    fresh = await api.call("POST", f"{CH}/claims", "mio", json={"tier": "aizuchi", "notes": True})
+    assert fresh["granted"] is True and fresh["memory"] is None
+
+
 async def test_reset_memory_of_one_persona_keeps_the_others(api: Api) -> None:
     await _pass_with_notes(api, "hana", "tea")
     await _pass_with_notes(api, "kai", "cake")
