@@ -36,7 +36,7 @@ class PersonaMemory(ServiceCore):
         if update is None:
             return
         memory = Memory(channel_id, persona_id, update.seq, update.state.model_dump(mode="json"), tx.now())
-        if repo.save_memory(tx.conn, memory):
+        if tx.save_memory(memory):
             tx.emit(wire.MemoryEvent(channel_id=channel_id, persona=persona_id, memory=memory_view(memory)))
         else:
             _log.debug("persona=%s channel=%s: kept a newer memory than seq %d", persona_id, channel_id, update.seq)
@@ -54,6 +54,7 @@ class PersonaMemory(ServiceCore):
             self.registry.require(persona_id)
 
         def step(tx: WriteTx, _state: ChannelState) -> list[str]:
+            tx.require_lock()
             deleted = repo.delete_memories(tx.conn, channel_id, persona_id)
             tx.emit(*(wire.MemoryEvent(channel_id=channel_id, persona=pid, memory=None) for pid in deleted))
             return deleted

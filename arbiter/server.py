@@ -76,18 +76,14 @@ async def open_arbiter(
         await migrate(database)
         hub = EventHub()
         stack.callback(hub.close_all)
-        relay = (
-            PostgresRelay(database.engine, hub.publish, hub.watching)
-            if isinstance(database, PostgresDatabase)
-            else None
-        )
-        writer = BatchWriter(
-            database,
-            clock,
-            hub.publish,
-            notifier=relay.notify if relay else None,
-            owns_database=database.is_sqlite,
-        )
+        writer = BatchWriter(database, clock, hub.publish, owns_database=database.is_sqlite)
+        relay = None
+        if isinstance(database, PostgresDatabase):
+            # Other processes hear this one's commits, and this one theirs (the channels they changed are forgotten).
+            relay = PostgresRelay(
+                database.engine, hub.publish, hub.watching, changed=writer.changed_elsewhere, hearing=writer.hearing
+            )
+            writer.notifier = relay.payloads
         await writer.start()
         stack.push_async_callback(writer.close)
         if relay is not None:

@@ -207,14 +207,8 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
 
         def step(tx: WriteTx, state: ChannelState) -> wire.UsageResult:
             now = tx.now()
-            repo.add_usage(
-                tx.conn,
-                channel_id,
-                persona_id,
-                day=rules.utc_day(now),
-                prompt_tokens=prompt_tokens,
-                completion_tokens=completion_tokens,
-            )
+            tokens = (prompt_tokens, completion_tokens)
+            tx.add_usage(channel_id, persona_id, day=rules.utc_day(now), tokens=tokens)
             transition = rules.record_usage(state, prompt_tokens + completion_tokens, now)
             tx.replace_state(transition.state)
             return wire.UsageResult(
@@ -241,6 +235,7 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
         info = PersonaInfo(persona_id, display_name, tuple(aliases), color, platform_user_id)
 
         def step(tx: WriteTx) -> None:
+            tx.require_lock()
             repo.upsert_persona(tx.conn, info, tx.now())
             view = persona_view(info, kind=self.registry.kind(persona_id))
             tx.emit(PersonaEvent.model_validate(view, from_attributes=True))

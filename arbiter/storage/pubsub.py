@@ -17,10 +17,10 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from arbiter.events import parse_any_event
-from arbiter.storage.writer import pg_notify
+from arbiter.storage.writer import NOTIFY_CHANNEL, pg_notify
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from sqlalchemy import Connection
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -31,12 +31,14 @@ __all__ = ("PostgresRelay",)
 
 _log = logging.getLogger(__name__)
 
-CHANNEL = "aizuchi_events"
 # PostgreSQL refuses NOTIFY payloads of 8000 bytes or more (and fails the transaction that sent one).
 _MAX_PAYLOAD = 7_900
 # Characters of a larger event's JSON per notification: even at 4 bytes each, or 2 for a JSON escape, a part
 # stays under the limit with its envelope.
 _PART = 1_500
+# Channels' versions per notification: ids are at most 64 characters (ASCII), versions at most 19 digits, so these
+# take under half of one.
+_VERSIONS_PER_NOTIFICATION = 40
 
 
 class PostgresRelay:
@@ -45,26 +47,36 @@ class PostgresRelay:
         engine: AsyncEngine,
         publish: Callable[[Sequence[Event]], None],
         watching: Callable[[str], bool] = lambda _channel_id: True,
+        *,
+        changed: Callable[[Mapping[str, int]], None] = lambda _versions: None,
+        hearing: Callable[[bool], None] = lambda _listening: None,
     ) -> None:
-        """``watching(channel_id)``: whether anyone in this process follows the channel's events."""
+        """``watching(channel_id)``: whether anyone in this process follows the channel's events. ``changed``: told
+        the versions another process saved channels at; ``hearing``: told when the listening connection is up (and
+        so every change is heard from then on) and when it is lost."""
         self._engine = engine
         self._publish = publish
         self._watching = watching
+        self._changed = changed
+        self._hearing = hearing
         self.origin = uuid.uuid4().hex[:12]
         self._task: asyncio.Task[None] | None = None
         self._connected = asyncio.Event()
         self._parts: dict[str, list[str]] = {}  # a large event's parts received so far, by its key
         self._skipped: set[str] = set()  # the keys of large events whose parts are being skipped
 
-    def notify(self, conn: Connection, events: Sequence[Event]) -> None:
-        pg_notify(conn, CHANNEL, self._payloads(events))
+    def notify(self, conn: Connection, events: Sequence[Event], versions: Mapping[str, int] | None = None) -> None:
+        """Queue ``events`` in the open transaction (the writer sends a batch's ``payloads`` with its commit)."""
+        pg_notify(conn, NOTIFY_CHANNEL, self.payloads(events, versions or {}))
 
-    def _payloads(self, events: Sequence[Event]) -> list[str]:
-        """A transaction's events in as few notifications as fit: each notification costs the listeners (and the
-        server) about as much to deliver as the events in it cost to read, so a batch's events travel together.
-        Each names its channel, so a listener reads only the ones it wants."""
-        payloads: list[str] = []
-        head = f'{{"origin": "{self.origin}", "events": ['
+    def payloads(self, events: Sequence[Event], versions: Mapping[str, int]) -> list[str]:
+        """A transaction's events, and the versions it saved its channels at, in as few notifications as fit: each
+        notification costs the listeners (and the server) about as much to deliver as the events in it cost to
+        read, so a batch's events travel together. Each names its channel, so a listener reads only the ones it
+        wants; the versions (with the first) tell every listener which channels changed, events or not."""
+        plain = f'{{"origin": "{self.origin}", "events": ['
+        *full, head = self._version_heads(versions) or [plain]
+        payloads = [start + "]}" for start in full]  # versions alone, when there are too many to share one
         entries: list[str] = []
         size = len(head) + 2
         for event in events:
@@ -73,18 +85,24 @@ class PostgresRelay:
             length = len(entry.encode()) + 1
             if entries and size + length >= _MAX_PAYLOAD:
                 payloads.append(head + ",".join(entries) + "]}")
-                entries, size = [], len(head) + 2
-            if len(head) + 2 + length < _MAX_PAYLOAD:
+                entries, head, size = [], plain, len(plain) + 2
+            if size + length < _MAX_PAYLOAD:
                 entries.append(entry)
                 size += length
                 continue
-            if entries:
-                payloads.append(head + ",".join(entries) + "]}")
-                entries, size = [], len(head) + 2
             payloads += self._parts_of(event.channel_id, raw)
-        if entries:
+        if entries or head is not plain:
             payloads.append(head + ",".join(entries) + "]}")
         return payloads
+
+    def _version_heads(self, versions: Mapping[str, int]) -> list[str]:
+        """Envelope heads carrying ``versions``, as many as they need (a few hundred channels fit in one)."""
+        items = sorted(versions.items())
+        heads = []
+        for first in range(0, len(items), _VERSIONS_PER_NOTIFICATION):
+            saved = json.dumps(dict(items[first : first + _VERSIONS_PER_NOTIFICATION]), ensure_ascii=False)
+            heads.append(f'{{"origin": "{self.origin}", "versions": {saved}, "events": [')
+        return heads
 
     def _parts_of(self, channel: str, raw: str) -> list[str]:
         # Too big for one notification (a long message, the settings of a large fleet): sent in parts.
@@ -115,6 +133,8 @@ class PostgresRelay:
             envelope = json.loads(payload)
             if envelope.get("origin") == self.origin:
                 return  # our own: already published locally when the transaction committed
+            if envelope.get("versions"):
+                self._changed(envelope["versions"])
             if "events" in envelope:
                 wanted = [raw for channel, raw in envelope["events"] if not channel or self._watching(channel)]
                 if wanted:
@@ -168,11 +188,15 @@ class PostgresRelay:
                     # Parts that came before a lost connection will never be completed.
                     self._parts.clear()
                     self._skipped.clear()
-                    await driver.add_listener(CHANNEL, self._on_notify)
-                    self._connected.set()
-                    delay = 0.5
-                    _log.debug("listening for events from other arbiter processes")
-                    await lost.wait()
+                    await driver.add_listener(NOTIFY_CHANNEL, self._on_notify)
+                    self._hearing(True)
+                    try:
+                        self._connected.set()
+                        delay = 0.5
+                        _log.debug("listening for events from other arbiter processes")
+                        await lost.wait()
+                    finally:
+                        self._hearing(False)  # what comes until it listens again goes unheard
                     _log.warning("lost the PostgreSQL listen connection; reconnecting")
             except asyncio.CancelledError:
                 raise

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Select
 
 __all__ = (
+    "JSON_COLUMNS",
     "ChannelSummary",
     "add_usage",
     "channel_ids",
@@ -77,11 +78,14 @@ __all__ = (
     "lock_versions",
     "message",
     "message_by_platform_id",
+    "message_columns",
     "persona_infos",
     "recent_platform_ids",
     "save_channels",
     "save_memory",
+    "spend_columns",
     "spends_by_id",
+    "state_columns",
     "update_messages",
     "update_spends",
     "upsert_persona",
@@ -171,7 +175,7 @@ class _Rendered:
         self.sql: str = compiled.string
         names: tuple[str, ...] = tuple(compiled.positiontup or ())
         self._order = itemgetter(*names)
-        self._json = [name for name in names if name in _JSON_COLUMNS]
+        self._json = [name for name in names if name in JSON_COLUMNS]
 
     def values(self, rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         """The rows' values in order (the rows are the caller's, made for this statement: encoded in place)."""
@@ -181,7 +185,7 @@ class _Rendered:
         return [self._order(row) for row in rows]
 
 
-_JSON_COLUMNS = frozenset(
+JSON_COLUMNS = frozenset(
     column.name for table in (channels, spends, messages) for column in table.columns if isinstance(column.type, JSON)
 )
 _SAVE_STATE = _WriterStatement(_save_channel(_STATE_COLUMNS))
@@ -226,7 +230,7 @@ def _settings_columns(settings: ChannelSettings) -> dict[str, Any]:
     }
 
 
-def _state_columns(state: ChannelState) -> dict[str, Any]:
+def state_columns(state: ChannelState) -> dict[str, Any]:
     priority = state.priority
     return {
         "last_seq": state.last_seq,
@@ -270,7 +274,7 @@ def _spend_from(row: Row[Any]) -> Spend:
     )
 
 
-def _spend_columns(channel_id: str, spend: Spend) -> dict[str, Any]:
+def spend_columns(channel_id: str, spend: Spend) -> dict[str, Any]:
     return {
         "id": spend.id,
         "channel_id": channel_id,
@@ -322,7 +326,7 @@ def _message_from(row: Sequence[Any]) -> Message:
     )
 
 
-def _message_columns(message: Message) -> dict[str, Any]:
+def message_columns(message: Message) -> dict[str, Any]:
     return {
         "channel_id": message.channel_id,
         "seq": message.seq,
@@ -385,12 +389,12 @@ def load_versioned(
 
 # PostgreSQL only (a process that shares the database checks what it remembers): one statement for any number of
 # channels, so the driver prepares it once.
-_LOCK_VERSIONS = (
+_VERSIONS = (
     select(channels.c.id, channels.c.version)
     .where(channels.c.id == any_(bindparam("ids", type_=ARRAY(String))))
     .order_by(channels.c.id)
-    .with_for_update()
 )
+_LOCK_VERSIONS = _VERSIONS.with_for_update()
 _VERSION = select(channels.c.version).where(channels.c.id == bindparam("id"))
 
 
@@ -419,9 +423,11 @@ def load_since(conn: Connection, known: Mapping[str, tuple[int, ChannelState]]) 
     return loaded
 
 
-def lock_versions(conn: Connection, channel_ids: Collection[str]) -> dict[str, int]:
-    """Lock the channels' rows for the transaction, in id order, and return their versions; PostgreSQL only."""
-    return {row.id: row.version for row in conn.execute(_LOCK_VERSIONS, {"ids": sorted(set(channel_ids))})}
+def lock_versions(conn: Connection, channel_ids: Collection[str], *, lock: bool = True) -> dict[str, int]:
+    """Lock the channels' rows for the transaction, in id order, and return their versions (without ``lock``, only
+    read them); PostgreSQL only."""
+    statement = _LOCK_VERSIONS if lock else _VERSIONS
+    return {row.id: row.version for row in conn.execute(statement, {"ids": sorted(set(channel_ids))})}
 
 
 def channel_version(conn: Connection, channel_id: str) -> int | None:
@@ -466,7 +472,7 @@ def _upsert(conn: Connection, table: Table) -> Any:
 
 def insert_channel(conn: Connection, state: ChannelState, now: float) -> bool:
     """Create the channel unless it exists (another process may create it at the same moment)."""
-    values = {"id": state.channel_id, **_settings_columns(state.settings), **_state_columns(state)}
+    values = {"id": state.channel_id, **_settings_columns(state.settings), **state_columns(state)}
     statement = _upsert(conn, channels).values(created_at=now, updated_at=now, **values)
     return conn.execute(statement.on_conflict_do_nothing(index_elements=["id"])).rowcount == 1
 
@@ -477,12 +483,12 @@ def save_channels(
     """Write the channels' counters; their settings only for the ids in ``with_settings`` (they rarely change)."""
     settings_changed = set(with_settings)
     plain = [
-        {"b_id": state.channel_id, "updated_at": now, **_state_columns(state)}
+        {"b_id": state.channel_id, "updated_at": now, **state_columns(state)}
         for state in states
         if state.channel_id not in settings_changed
     ]
     full = [
-        {"b_id": state.channel_id, "updated_at": now, **_state_columns(state), **_settings_columns(state.settings)}
+        {"b_id": state.channel_id, "updated_at": now, **state_columns(state), **_settings_columns(state.settings)}
         for state in states
         if state.channel_id in settings_changed
     ]
@@ -503,7 +509,7 @@ def channel_ids(conn: Connection) -> list[ChannelSummary]:
 def insert_spends(conn: Connection, new: Sequence[tuple[str, Spend]]) -> None:
     """Insert (channel id, spend) pairs."""
     if new:
-        _INSERT_SPENDS.run(conn, [_spend_columns(channel_id, spend) for channel_id, spend in new])
+        _INSERT_SPENDS.run(conn, [spend_columns(channel_id, spend) for channel_id, spend in new])
 
 
 def update_spends(conn: Connection, changed: Sequence[Spend]) -> None:
@@ -529,7 +535,7 @@ def spends_by_id(conn: Connection, channel_id: str, ids: Sequence[str]) -> list[
 
 def insert_messages(conn: Connection, new: Sequence[Message]) -> None:
     if new:
-        _INSERT_MESSAGES.run(conn, [_message_columns(message) for message in new])
+        _INSERT_MESSAGES.run(conn, [message_columns(message) for message in new])
 
 
 def update_messages(conn: Connection, changed: Sequence[Message]) -> None:
@@ -615,9 +621,9 @@ def delete_history(conn: Connection, channel_id: str) -> int:
 # --- usage and personas ---------------------------------------------------------------------------------
 
 
-def add_usage(
-    conn: Connection, channel_id: str, persona_id: str, *, day: int, prompt_tokens: int, completion_tokens: int
-) -> None:
+def add_usage(conn: Connection, channel_id: str, persona_id: str, *, day: int, tokens: tuple[int, int]) -> None:
+    """Count a request's tokens (prompt, completion) to the persona's usage of the day."""
+    prompt_tokens, completion_tokens = tokens
     key = (
         token_usage.c.channel_id == channel_id,
         token_usage.c.persona_id == persona_id,

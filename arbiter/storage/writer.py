@@ -23,7 +23,7 @@ import asyncio
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -35,20 +35,30 @@ from arbiter.core.errors import ArbiterError, StorageError
 from arbiter.core.ledger import active, split
 from arbiter.events import Event
 from arbiter.storage import repository as repo
-from arbiter.storage.database import Database, SqliteDatabase
+from arbiter.storage.database import Database, HeldConnection, PostgresDatabase, SqliteDatabase
+from arbiter.storage.pg_commit import BatchWrites, commit_statement
 
 if TYPE_CHECKING:
-    from arbiter.core.models import ChannelState, Message, Spend
+    from arbiter.core.models import ChannelState, Memory, Message, Spend
     from arbiter.core.rules import Transition
 
-__all__ = ("BatchWriter", "Clock", "WriteTx", "pg_notify")
+__all__ = ("NOTIFY_CHANNEL", "BatchWriter", "Clock", "WriteTx", "pg_notify")
 
 _log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 Clock = Callable[[], float]
-Notifier = Callable[[Connection, Sequence[Event]], None]
+# A transaction's events, and the versions it saves its channels at, as the payloads of its notifications to the
+# other processes (PostgreSQL).
+Notifier = Callable[[Sequence[Event], Mapping[str, int]], list[str]]
 Step = Callable[["WriteTx"], R]
+
+NOTIFY_CHANNEL = "aizuchi_events"  # what every arbiter process on a shared database LISTENs to
+
+
+class _NeedsLock(Exception):
+    """A step needs the batch written under the channels' row locks (it writes what the one-statement commit does
+    not: a new channel, a cleared history, settings...): the batch runs again that way."""
 
 
 class _Staged:
@@ -56,7 +66,7 @@ class _Staged:
 
     def __init__(self) -> None:
         self.new_spends: dict[str, tuple[str, Spend]] = {}
-        self.changed_spends: dict[str, Spend] = {}
+        self.changed_spends: dict[str, tuple[str, Spend]] = {}  # by id: (channel id, spend)
         self.new_messages: dict[tuple[str, int], Message] = {}
         self.changed_messages: dict[tuple[str, int], Message] = {}
         self.by_platform_id: dict[tuple[str, str], Message] = {}
@@ -69,7 +79,7 @@ class _Staged:
             if spend.id in self.new_spends:
                 self.new_spends[spend.id] = (channel_id, spend)
             else:
-                self.changed_spends[spend.id] = spend
+                self.changed_spends[spend.id] = (channel_id, spend)
         for message in transition.new_messages:
             self._index(message)
             self.new_messages[(message.channel_id, message.seq)] = message
@@ -98,7 +108,7 @@ class _Staged:
 
     def flush(self, conn: Connection) -> None:
         repo.insert_spends(conn, list(self.new_spends.values()))
-        repo.update_spends(conn, list(self.changed_spends.values()))
+        repo.update_spends(conn, [spend for _, spend in self.changed_spends.values()])
         repo.insert_messages(conn, list(self.new_messages.values()))
         repo.update_messages(conn, list(self.changed_messages.values()))
 
@@ -110,11 +120,19 @@ class WriteTx:
     ``ArbiterError`` before apply leaves no trace in the batch.
     """
 
-    def __init__(self, conn: Connection, clock: Clock, memory: _Memory) -> None:
+    def __init__(self, conn: Connection, clock: Clock, memory: _Memory, *, optimistic: bool = False) -> None:
+        """``optimistic`` (a shared database): the channels are read unlocked and the batch is committed by one
+        statement, only if their versions are still the ones read (``arbiter.storage.pg_commit``); the connection
+        is in autocommit, so every write waits for that statement."""
         self.conn = conn
         self._clock = clock
         self._loaded_at = clock()
         self._memory = memory
+        self.optimistic = optimistic
+        self._memories: dict[tuple[str, str], Memory] = {}  # optimistic: notes to store, by (channel, persona)
+        # Optimistic: tokens to add, by (channel, persona, day): prompt, completion, requests.
+        self._usage: dict[tuple[str, str, int], tuple[int, int, int]] = {}
+        self.commit: tuple[str, tuple[Any, ...]] | None = None  # optimistic: the statement that commits the batch
         self.states: dict[str, ChannelState] = {}
         self.versions: dict[str, int] = {}  # as read under the row lock (shared database only)
         self._dirty: set[str] = set()
@@ -127,9 +145,14 @@ class WriteTx:
         return self._clock()
 
     def _prefetch(self, channel_ids: Iterable[str]) -> None:
-        """Lock and load, in one go and in id order, the channels the batch's steps said they will touch."""
+        """Lock and load, in one go and in id order, the channels the batch's steps said they will touch.
+        Optimistic: each as this process remembers it (its commit checks that no other process changed it)."""
         missing = [cid for cid in set(channel_ids) if cid not in self.states]
         if not missing:
+            return
+        if self.optimistic:
+            for channel_id in missing:
+                self._remembered(channel_id)
             return
         if not self._memory.owned:
             self._lock_and_load(missing)
@@ -141,6 +164,16 @@ class WriteTx:
                 missing.remove(channel_id)
         if missing:
             self.states.update(repo.load_channels(self.conn, missing, self._loaded_at, lock=True))
+
+    def _remembered(self, channel_id: str) -> None:
+        """Optimistic: the channel as this process committed it last; if it does not know it, the batch runs under
+        the row locks, which read it."""
+        state = self._memory.states.get(channel_id)
+        version = self._memory.versions.get(channel_id)
+        if state is None or version is None:
+            raise _NeedsLock
+        self.states[channel_id] = without_expired(state, self._loaded_at)
+        self.versions[channel_id] = version
 
     def _lock_and_load(self, channel_ids: Sequence[str], spend_ids: Sequence[str] = ()) -> None:
         """Shared database: lock the rows (one statement, in id order, so processes cannot deadlock), reuse the
@@ -175,6 +208,8 @@ class WriteTx:
         """The channel's current state, locked for the rest of the batch; None if it does not exist."""
         wanted = [spend_id for spend_id in spend_ids if spend_id]
         state = self.states.get(channel_id)
+        if state is None and self.optimistic:
+            raise _NeedsLock  # a channel the batch did not say it would touch: read it under its lock
         if state is None and not self._memory.owned:
             self._lock_and_load([channel_id], wanted)
             state = self.states.get(channel_id)
@@ -202,13 +237,20 @@ class WriteTx:
             return staged
         return repo.message_by_platform_id(self.conn, channel_id, platform_message_id)
 
+    def require_lock(self) -> None:
+        """Before a step writes what the one-statement commit does not: the batch runs under the row locks."""
+        if self.optimistic:
+            raise _NeedsLock
+
     def delete_history(self, channel_id: str) -> int:
         """Delete the channel's messages, including any staged earlier in this batch."""
+        self.require_lock()
         self._staged.drop_messages(channel_id)
         return repo.delete_history(self.conn, channel_id)
 
     def create_channel(self, state: ChannelState) -> ChannelState:
         """Create the channel, or return the one another process created a moment ago."""
+        self.require_lock()
         if repo.insert_channel(self.conn, state, self.now()):
             self.states[state.channel_id] = state
             self.versions[state.channel_id] = 0
@@ -216,6 +258,26 @@ class WriteTx:
         existing = self.channel(state.channel_id)
         assert existing is not None
         return existing
+
+    def save_memory(self, memory: Memory) -> bool:
+        """Store a persona's notes unless newer ones are stored; whether they were. (Optimistic: with the batch's
+        commit, which fails whole when newer ones are stored, for the locked way to tell.)"""
+        if not self.optimistic:
+            return repo.save_memory(self.conn, memory)
+        key = (memory.channel_id, memory.persona_id)
+        if key in self._memories:
+            raise _NeedsLock  # twice in one batch: which one stays is for the locked way to tell
+        self._memories[key] = memory
+        return True
+
+    def add_usage(self, channel_id: str, persona_id: str, *, day: int, tokens: tuple[int, int]) -> None:
+        """Count a request's tokens (prompt, completion) to the persona's usage of the day."""
+        if not self.optimistic:
+            repo.add_usage(self.conn, channel_id, persona_id, day=day, tokens=tokens)
+            return
+        prompt, completion = tokens
+        before = self._usage.get((channel_id, persona_id, day), (0, 0, 0))
+        self._usage[(channel_id, persona_id, day)] = (before[0] + prompt, before[1] + completion, before[2] + 1)
 
     def apply(self, transition: Transition) -> None:
         """Stage what a transition changed; everything is written at the end of the batch."""
@@ -225,6 +287,7 @@ class WriteTx:
     def replace_state(self, state: ChannelState) -> None:
         previous = self.states.get(state.channel_id)
         if previous is None or previous.settings is not state.settings:
+            self.require_lock()  # the one-statement commit writes a channel's state, not its settings
             self._settings_dirty.add(state.channel_id)
         self.states[state.channel_id] = state
         self._dirty.add(state.channel_id)
@@ -237,10 +300,37 @@ class WriteTx:
             self.events.extend(self._step_events)
         self._step_events.clear()
 
-    def _finish(self) -> None:
+    def _finish(self, notifications: list[str]) -> None:
+        """Write what the batch changed, and queue its notifications (PostgreSQL). Optimistic: only gather them, in
+        ``commit``, for the writer to send as one statement (which also checks the channels it only read)."""
+        if self.optimistic:
+            staged = self._staged
+            self.commit = commit_statement(
+                BatchWrites(
+                    channels=[
+                        (self.states[channel_id], self.versions[channel_id]) for channel_id in sorted(self._dirty)
+                    ],
+                    unchanged=[(cid, version) for cid, version in self.versions.items() if cid not in self._dirty],
+                    new_spends=list(staged.new_spends.values()),
+                    changed_spends=list(staged.changed_spends.values()),
+                    new_messages=list(staged.new_messages.values()),
+                    changed_messages=list(staged.changed_messages.values()),
+                    memories=list(self._memories.values()),
+                    usage=[(*key, *added) for key, added in self._usage.items()],
+                ),
+                now=self.now(),
+                notify_channel=NOTIFY_CHANNEL,
+                notifications=notifications,
+            )
+            return
         self._staged.flush(self.conn)
         dirty = [self.states[channel_id] for channel_id in sorted(self._dirty)]
         repo.save_channels(self.conn, dirty, self.now(), with_settings=self._settings_dirty)
+        pg_notify(self.conn, NOTIFY_CHANNEL, notifications)
+
+    def _saved_versions(self) -> dict[str, int]:
+        """The version each channel the batch changed is saved at (shared database)."""
+        return {channel_id: self.versions[channel_id] + 1 for channel_id in self._dirty if channel_id in self.versions}
 
     def _committed_versions(self) -> dict[str, int]:
         """Each channel's version once this transaction commits (saving a channel counts one more)."""
@@ -250,24 +340,41 @@ class WriteTx:
 class _Memory:
     """The channels' states as this process last committed them. ``owned``: no other process writes the database
     (SQLite), so they are current as they are; else (PostgreSQL) each is current only while the channel's version
-    is the one in ``versions``."""
+    is the one in ``versions``: a channel another process changed is forgotten when this one hears of it, and
+    ``heard`` says whether it hears of every such change (its relay listens)."""
 
     def __init__(self, *, owned: bool) -> None:
         self.owned = owned
         self.states: dict[str, ChannelState] = {}
         self.versions: dict[str, int] = {}
+        self.heard = False
+        # Channels another process saved at a version newer than the one remembered, heard of while a batch of this
+        # one's was on its way: the state that batch committed is out of date when it comes back.
+        self._newer: dict[str, int] = {}
 
     def remember(self, states: dict[str, ChannelState], versions: dict[str, int]) -> None:
         if self.owned:
             self.states.update(states)
             return
         for channel_id, version in versions.items():
+            if self._newer.get(channel_id, -1) > version:
+                continue
+            self._newer.pop(channel_id, None)
             self.states[channel_id] = states[channel_id]
             self.versions[channel_id] = version
+
+    def changed_elsewhere(self, versions: Mapping[str, int]) -> None:
+        """Another process saved these channels at these versions."""
+        for channel_id, version in versions.items():
+            if self.versions.get(channel_id, -1) < version:
+                self.states.pop(channel_id, None)
+                self.versions.pop(channel_id, None)
+                self._newer[channel_id] = max(version, self._newer.get(channel_id, -1))
 
     def clear(self) -> None:
         self.states.clear()
         self.versions.clear()
+        self._newer.clear()
 
 
 def without_expired(state: ChannelState, now: float) -> ChannelState:
@@ -322,7 +429,7 @@ class BatchWriter:
         self._database = database
         self._clock = clock
         self._publish = publish
-        self._notifier = notifier
+        self.notifier = notifier
         self._max_batch = max_batch
         self._memory = _Memory(owned=owns_database)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -333,6 +440,7 @@ class BatchWriter:
         self._task: asyncio.Task[None] | None = None
         self._pending: list[_Op[Any]] = []
         self._wake = asyncio.Event()
+        self._held: HeldConnection | None = None  # PostgreSQL: the connection of the one-statement commits
 
     def cached(self, channel_id: str) -> ChannelState | None:
         """The channel's last committed state, if this process owns the database and has it in memory."""
@@ -343,17 +451,30 @@ class BatchWriter:
 
     async def remembered(self, channel_id: str) -> ChannelState | None:
         """The channel's last committed state if this process has it and it is still current: at once when the
-        process owns the database; else when the channel's version is still the one this process committed (one
-        small query, instead of the channel's row and every active spend)."""
+        process owns the database, or when it hears of every other process's change (its relay listens: a
+        channel changed elsewhere is forgotten as soon as the notification comes, a moment after that commit);
+        else when the channel's version is still the one this process committed (one small query, instead of
+        the channel's row and every active spend)."""
         if self._memory.owned:
             return self.cached(channel_id)
         state = self._memory.states.get(channel_id)
         version = self._memory.versions.get(channel_id)
         if state is None or version is None:
             return None
-        if await self._database.read(repo.channel_version, channel_id) != version:
+        if not self._memory.heard and await self._database.read(repo.channel_version, channel_id) != version:
             return None
         return without_expired(state, self._clock())
+
+    def changed_elsewhere(self, versions: Mapping[str, int]) -> None:
+        """Another process saved these channels at these versions (its notification said so)."""
+        self._memory.changed_elsewhere(versions)
+
+    def hearing(self, listening: bool) -> None:
+        """Whether this process hears every other's change from now on (its relay's listening connection is up).
+        A listener that starts again may have missed some: what was remembered is forgotten."""
+        if listening:
+            self._memory.clear()
+        self._memory.heard = listening
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -374,6 +495,9 @@ class BatchWriter:
             self._wake.set()
             await self._task
             self._task = None
+        if self._held is not None:
+            await self._held.close()
+            self._held = None
 
     async def run(self, step: Step[R], channel_ids: Sequence[str] = ()) -> R:
         """Run ``step`` inside the next batch's transaction; return its result once committed.
@@ -452,6 +576,13 @@ class BatchWriter:
             await self._wake.wait()
             self._wake.clear()
             while self._pending:
+                # Let the requests that have come in meanwhile (their bytes already read) join this batch: a commit
+                # costs about the same for one operation as for ten.
+                waiting = len(self._pending)
+                await asyncio.sleep(0)
+                while len(self._pending) > waiting and len(self._pending) < self._max_batch:
+                    waiting = len(self._pending)
+                    await asyncio.sleep(0)
                 batch = self._pending[: self._max_batch]
                 del self._pending[: self._max_batch]
                 try:
@@ -467,6 +598,10 @@ class BatchWriter:
 
     async def _settle_async(self, batch: list[_Op[Any]]) -> tuple[_Outcomes, list[Event]]:
         pending = [op for op in batch if not op.future.done()]
+        if pending and isinstance(self._database, PostgresDatabase):
+            settled = await self._settle_optimistic(self._database, pending)
+            if settled is not None:
+                return settled
         failed: _Outcomes = []
         while pending:
             try:
@@ -486,6 +621,35 @@ class BatchWriter:
             self._memory.remember(states, versions)
             return [*failed, *zip(pending, outcomes, strict=True)], events
         return failed, []
+
+    async def _settle_optimistic(
+        self, database: PostgresDatabase, pending: list[_Op[Any]]
+    ) -> tuple[_Outcomes, list[Event]] | None:
+        """The batch committed by one statement (``WriteTx``'s optimistic way, ``arbiter.storage.pg_commit``); None
+        when it must run under the row locks instead: a step needs them, a channel is not as this process
+        remembers it, a step failed (the locked way fails it alone), or the statement was refused (a channel changed
+        in another process meanwhile, newer notes are stored, a write the database would not take). A refused
+        statement left nothing behind; a connection lost on the way may have, so that fails the batch as it would
+        the locked way."""
+        if self._held is None:
+            self._held = database.held()
+        held = self._held
+        try:
+            outcomes, events, (states, committed), commit = await held.run_sync(self._optimistic_steps, pending)
+            assert commit is not None
+            statement, parameters = commit
+            await held.fetch(statement, *parameters)
+        except (_NeedsLock, _StepFailed):
+            return None
+        except DBAPIError as error:
+            if not _statement_refused(error):
+                return _database_failed(pending, error), []
+            _log.debug("a batch of %d operations runs again under the row locks: %s", len(pending), error.orig)
+            return None
+        except (SQLAlchemyError, OSError) as error:
+            return _database_failed(pending, error), []
+        self._memory.remember(states, committed)
+        return list(zip(pending, outcomes, strict=True)), events
 
     # --- both ------------------------------------------------------------------------------------------
 
@@ -510,6 +674,18 @@ class BatchWriter:
         """Runs inside one database transaction: on the writer thread (SQLite) or in run_sync (PostgreSQL)."""
         tx = WriteTx(conn, self._clock, self._memory)
         tx._prefetch(channel_id for op in ops for channel_id in op.channel_ids)
+        outcomes = self._steps(tx, ops)
+        return outcomes, tx.events, (tx.states, tx._committed_versions())
+
+    def _optimistic_steps(self, conn: Connection, ops: list[_Op[Any]]) -> tuple[Any, ...]:
+        """The batch's steps on the channels as remembered, in run_sync on a connection in autocommit; what they wrote
+        is left in ``tx.commit`` for the writer to send."""
+        tx = WriteTx(conn, self._clock, self._memory, optimistic=True)
+        tx._prefetch(channel_id for op in ops for channel_id in op.channel_ids)
+        outcomes = self._steps(tx, ops)
+        return outcomes, tx.events, (tx.states, tx._committed_versions()), tx.commit
+
+    def _steps(self, tx: WriteTx, ops: list[_Op[Any]]) -> list[Any]:
         outcomes: list[Any] = []
         for index, op in enumerate(ops):
             try:
@@ -519,15 +695,15 @@ class BatchWriter:
                 # Steps raise before they apply anything, so only their events need undoing.
                 tx._end_step(keep=False)
                 outcomes.append(error)
-            except (SQLAlchemyError, OSError):
+            except (SQLAlchemyError, OSError, _NeedsLock):
                 raise
             except Exception as error:
                 _log.exception("operation failed inside the writer")
                 raise _StepFailed(index, StorageError(f"internal error: {type(error).__name__}")) from error
-        tx._finish()
-        if self._notifier is not None and tx.events:
-            self._notifier(conn, tx.events)
-        return outcomes, tx.events, (tx.states, tx._committed_versions())
+        changed = tx._saved_versions()
+        notifier = self.notifier
+        tx._finish(notifier(tx.events, changed) if notifier is not None and (tx.events or changed) else [])
+        return outcomes
 
 
 def _one_write_refused(error: BaseException, operations: int) -> bool:
@@ -544,6 +720,13 @@ def _one_write_refused(error: BaseException, operations: int) -> bool:
     ):
         return False
     return not (isinstance(error, DBAPIError) and error.connection_invalidated)
+
+
+def _statement_refused(error: DBAPIError) -> bool:
+    """Whether the server refused the statement (and so rolled it back whole): it says why with an SQLSTATE, and
+    the connection is fine. Not so for a lost connection, when the commit may or may not have happened."""
+    state = getattr(error.orig, "sqlstate", None) or getattr(error.orig, "pgcode", None)
+    return bool(state) and not str(state).startswith("08") and not error.connection_invalidated
 
 
 def _database_failed(pending: list[_Op[Any]], error: BaseException) -> _Outcomes:

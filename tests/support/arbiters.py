@@ -113,6 +113,10 @@ class Api:
     async def release(self, channel: str, who: str, claim_id: str) -> Any:
         return await self.call("DELETE", f"/v1/channels/{channel}/claims/{claim_id}", who)
 
+    async def usage(self, channel: str, who: str, prompt_tokens: int, completion_tokens: int) -> Any:
+        body = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
+        return await self.call("POST", f"/v1/channels/{channel}/usage", who, body)
+
 
 @dataclass(frozen=True, slots=True)
 class Served:

@@ -1,5 +1,7 @@
 """Several arbiters on one PostgreSQL database: each remembers the channels it wrote between transactions and must
-never act on a state another arbiter has changed since; and a connection the server closed is replaced, not used.
+never act on a state another arbiter has changed since (a write, or a refusal, is checked against the database when
+it commits; a read shows another's change once its notification came); and a connection the server closed is
+replaced, not used.
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ import asyncpg
 import pytest
 
 from tests.support.arbiters import crowd, serve
+from tests.support.fleet import eventually
 from tests.support.postgres import SERVER
 
 if TYPE_CHECKING:
+    from tests.support.arbiters import Served
     from tests.support.clock import FakeClock
 
 pytestmark = pytest.mark.postgres
@@ -30,6 +34,25 @@ SETTINGS: dict[str, Any] = {
 
 def without_now(status: dict[str, Any]) -> dict[str, Any]:
     return {**status, "now": 0}
+
+
+async def same_status(a: Served, b: Served) -> bool:
+    return without_now(await a.api.status(CHANNEL)) == without_now(await b.api.status(CHANNEL))
+
+
+async def test_a_read_shows_another_arbiters_change_once_it_is_heard_of(postgres_url: str, clock: FakeClock) -> None:
+    async with (
+        serve(postgres_url, clock=clock, extra_personas=PERSONAS) as a,
+        serve(postgres_url, clock=clock, extra_personas=PERSONAS) as b,
+    ):
+        await a.api.create_channel(CHANNEL, **SETTINGS)
+        await a.api.consume(CHANNEL, "p000", "remark", "from a")  # a remembers the channel at this level
+        for round_ in range(5):
+            # b changes it in every way a status shows: the pool, the streak, the tokens of the day.
+            await b.api.consume(CHANNEL, "p001", "aizuchi", f"b {round_}")
+            await b.api.usage(CHANNEL, "p001", 100, 20)
+            await eventually(lambda: same_status(a, b), within=2.0, what=f"a hears of b's change {round_}")
+        assert (await a.api.status(CHANNEL))["tokens_today"] == 600
 
 
 async def test_an_arbiter_acts_on_what_another_changed_since_it_last_wrote(postgres_url: str, clock: FakeClock) -> None:
@@ -49,14 +72,17 @@ async def test_an_arbiter_acts_on_what_another_changed_since_it_last_wrote(postg
         spoken = await b.api.speak(CHANNEL, "p003", cheaper["claim"]["claim_id"], "b, briefly", tier="remark")
         assert spoken["level"] == 1_000 - 60 - 80 - 60
 
-        # a reads and writes on the channel as it is now, not as it remembered it.
-        assert without_now(await a.api.status(CHANNEL)) == without_now(await b.api.status(CHANNEL))
+        # a writes on the channel as it is now, not as it remembered it: at once, whether or not it heard yet.
         last = await a.api.consume(CHANNEL, "p000", "remark", "a again")
         assert last["level"] == 1_000 - 60 - 80 - 60 - 60
         assert last["message"]["seq"] == 4
         status = await b.api.status(CHANNEL)
         assert status["level"] == last["level"]
         assert sum(refund["amount"] for refund in status["refunds"]) == 1_000 - last["level"]
+        # And reads it as it is, once it heard of b's commits (a notification each, a moment after it).
+        await eventually(
+            lambda: same_status(a, b), within=2.0, what="a's status of the channel is b's once a heard of it"
+        )
         # The spends come back as their refunds fall due, whichever arbiter remembered them.
         clock.advance(61)
         assert (await a.api.status(CHANNEL))["level"] == (await b.api.status(CHANNEL))["level"] == 1_000
