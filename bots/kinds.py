@@ -8,6 +8,7 @@ an answer: a farewell first (whoever leaves should hear goodbye), then a greetin
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from enum import StrEnum
@@ -220,6 +221,7 @@ def _greets(normal: str) -> bool:
     return any(_EN_GREETING_CLAUSE.match(clause) for clause in _clauses(normal)[:2])
 
 
+@functools.lru_cache(maxsize=1024)  # each persona of a process reads each message: once for all of them
 def message_kind(text: str) -> Kind:
     """The kind of ``text``, the one that most wants an answer when it is several (see the module's doc)."""
     normal = _normal(text)

@@ -9,6 +9,7 @@ narrow symbol followed by the emoji variation selector (❤️) is drawn as an e
 
 from __future__ import annotations
 
+import functools
 import math
 import unicodedata
 from typing import TYPE_CHECKING
@@ -40,12 +41,16 @@ def _widths(text: str) -> Iterator[int]:
         yield width
 
 
+# Both run on the same lines again and again (every tier check, every note of a persona's notes, at both ends of
+# the API): remembered for the last few thousand.
+@functools.lru_cache(maxsize=2048)
 def display_length(text: str) -> int:
     if text.isascii():
         return len(text)
     return sum(_widths(text))
 
 
+@functools.lru_cache(maxsize=2048)
 def estimate_tokens(text: str) -> int:
     """About how many tokens ``text`` takes in an LLM, without a tokenizer: a token per four narrow characters
     (English words run about that), one per wide (CJK) character. Caps stated in tokens are checked with this, the

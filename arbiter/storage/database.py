@@ -262,6 +262,16 @@ def sqlite_driver_execute(connection: Connection, sql: str, rows: list[tuple[Any
         raise DBAPIError.instance(sql, rows, error, sqlite3.Error) from error
 
 
+def sqlite_driver_change(connection: Connection, sql: str, params: tuple[Any, ...]) -> int:
+    """Run one statement on the SQLite driver itself and return how many rows it changed (see
+    ``sqlite_driver_execute``)."""
+    driver = _driver(connection)
+    try:
+        return driver.execute(sql, params).rowcount
+    except sqlite3.Error as error:
+        raise DBAPIError.instance(sql, params, error, sqlite3.Error) from error
+
+
 def sqlite_driver_query(connection: Connection, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
     """Run a query on the SQLite driver itself and return its rows as tuples; for the hottest reads only (see
     ``sqlite_driver_execute``)."""

@@ -50,7 +50,7 @@ from arbiter.core.models import (
     Tier,
     TierRule,
 )
-from arbiter.storage.database import sqlite_driver_execute, sqlite_driver_query
+from arbiter.storage.database import sqlite_driver_change, sqlite_driver_execute, sqlite_driver_query
 from arbiter.storage.tables import ChannelRow, MemoryRow, MessageRow, PersonaRow, SpendRow, UsageRow
 
 if TYPE_CHECKING:
@@ -706,6 +706,8 @@ def _memory_upsert(dialect_insert: Any) -> Any:
 
 
 _SAVE_MEMORY = {"sqlite": _memory_upsert(sqlite_insert), "postgresql": _memory_upsert(postgresql_insert)}
+# Saved with most speeches and releases, in the writer: on SQLite run on the driver, rendered once.
+_SAVE_MEMORY_SQLITE = _Rendered(_SAVE_MEMORY["sqlite"], sqlite_dialect())
 
 
 def save_memory(conn: Connection, memory: Memory) -> bool:
@@ -718,15 +720,32 @@ def save_memory(conn: Connection, memory: Memory) -> bool:
         "state": dict(memory.state),
         "updated_at": memory.updated_at,
     }
+    if conn.dialect.name == "sqlite":
+        [row] = _SAVE_MEMORY_SQLITE.values([{**values, "state": json.dumps(values["state"])}])
+        return sqlite_driver_change(conn, _SAVE_MEMORY_SQLITE.sql, row) == 1
     return conn.execute(_SAVE_MEMORY[conn.dialect.name], values).rowcount == 1
 
 
 def load_memories(conn: Connection, channel_id: str, persona_id: str | None = None) -> list[Memory]:
     """The channel's dialogue states by persona id (or only ``persona_id``'s)."""
+    if persona_id is not None:  # a persona's own, with its first claim in a channel: in the writer
+        rows = _MEMORY_OF.rows(conn, {"channel_id": channel_id, "persona_id": persona_id})
+        return [_memory_from(row) for row in rows]
     query = select(memories).where(memories.c.channel_id == channel_id).order_by(memories.c.persona_id)
-    if persona_id is not None:
-        query = query.where(memories.c.persona_id == persona_id)
     return [Memory(row.channel_id, row.persona_id, row.seq, row.state, row.updated_at) for row in conn.execute(query)]
+
+
+_MEMORY_OF = _DriverQuery(
+    select(memories.c.channel_id, memories.c.persona_id, memories.c.seq, memories.c.state, memories.c.updated_at).where(
+        memories.c.channel_id == bindparam("channel_id"), memories.c.persona_id == bindparam("persona_id")
+    )
+)
+
+
+def _memory_from(row: Sequence[Any]) -> Memory:
+    """A memory from its row (the SQLite driver leaves its JSON as text)."""
+    channel_id, persona_id, seq, state, updated_at = row
+    return Memory(channel_id, persona_id, seq, json.loads(state) if isinstance(state, str) else state, updated_at)
 
 
 def delete_memories(conn: Connection, channel_id: str, persona_id: str | None = None) -> list[str]:

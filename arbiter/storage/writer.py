@@ -7,10 +7,12 @@ crash could lose. Writes are staged and flushed with one ``executemany`` per tab
 One operation cannot fail the others it was batched with: a step that raises fails alone, and a batch whose
 write the database refuses is tried again in halves until only the operation at fault fails.
 
-Why it is safe across processes: the first touch of a channel in a transaction locks its row
-(SELECT ... FOR UPDATE on PostgreSQL) and its state is read inside that lock. On SQLite one process owns
-the file (``arbiter.storage.lock``), so the writer keeps each channel's committed state in memory and skips
-the reads; its transactions begin with BEGIN IMMEDIATE all the same.
+Why it is safe across processes: on PostgreSQL a batch on channels this process remembers runs on that memory and
+is committed by one statement that checks each channel's version is still the one remembered (optimistic,
+``arbiter.storage.pg_commit``); otherwise, or when that statement is refused (another process changed a channel),
+the batch runs under the channels' row locks (SELECT ... FOR UPDATE, in id order), their state read inside them.
+On SQLite one process owns the file (``arbiter.storage.lock``), so the writer keeps each channel's committed state
+in memory and skips the reads; its transactions begin with BEGIN IMMEDIATE all the same.
 
 Steps are synchronous functions of a :class:`WriteTx`. On SQLite the whole batch runs on the database's
 writer thread, so a step must not touch the event loop: it reads, decides (the pure core), applies, and
@@ -121,9 +123,9 @@ class WriteTx:
     """
 
     def __init__(self, conn: Connection, clock: Clock, memory: _Memory, *, optimistic: bool = False) -> None:
-        """``optimistic`` (a shared database): the channels are read unlocked and the batch is committed by one
-        statement, only if their versions are still the ones read (``arbiter.storage.pg_commit``); the connection
-        is in autocommit, so every write waits for that statement."""
+        """``optimistic`` (a shared database): the channels are as this process remembers them, and the batch is
+        committed by one statement, only if their versions are still the ones remembered (``arbiter.storage.
+        pg_commit``); the connection is in autocommit, so every write waits for that statement."""
         self.conn = conn
         self._clock = clock
         self._loaded_at = clock()
@@ -134,7 +136,7 @@ class WriteTx:
         self._usage: dict[tuple[str, str, int], tuple[int, int, int]] = {}
         self.commit: tuple[str, tuple[Any, ...]] | None = None  # optimistic: the statement that commits the batch
         self.states: dict[str, ChannelState] = {}
-        self.versions: dict[str, int] = {}  # as read under the row lock (shared database only)
+        self.versions: dict[str, int] = {}  # as read under the row lock, or remembered (shared database only)
         self._dirty: set[str] = set()
         self._settings_dirty: set[str] = set()
         self._staged = _Staged()
