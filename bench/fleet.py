@@ -46,6 +46,7 @@ from bots.runtime import LookPlanned, PersonaRuntime, RuntimeConfig, personas_st
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Callable
 
     from bots.persona import Persona
 
@@ -89,8 +90,8 @@ class FirstDecisions:
     seq (its request is in flight; the stream can bring the plan first), and a message only until its first plan.
     What is kept must not grow with the talk: the benchmark reports this process's memory as the personas'."""
 
-    def __init__(self) -> None:
-        self._clock = asyncio.get_running_loop().time  # the runtimes' clock
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
+        self._clock = clock or asyncio.get_running_loop().time  # the runtimes' clock
         self._inflight: dict[str, list[tuple[LookPlanned, float]]] = {}  # plans (and when) made while a message's
         # request is in flight
         self._sending: dict[str, int] = {}  # requests in flight, by channel
