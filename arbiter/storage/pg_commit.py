@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from arbiter.storage.repository import JSON_COLUMNS, message_columns, spend_columns, state_columns
+from arbiter.storage.repository import message_columns, spend_columns, state_columns
 
 if TYPE_CHECKING:
     from arbiter.core.models import ChannelState, Memory, Message, Spend
@@ -44,85 +44,82 @@ class BatchWrites:
     # in and out, requests), at most one per channel, persona and day
 
 
+# Each table's rows come as one JSON array of objects (json_to_recordset): the driver sends a parameter as it is,
+# where an array parameter has it check every element (whether it is an array too), more CPU than the statement.
 _COMMIT = """
 WITH saved AS (
     UPDATE channels AS c SET
         version = c.version + 1, last_seq = u.last_seq, bot_streak = u.bot_streak, last_human_seq = u.last_human_seq,
-        last_human_at = u.last_human_at, priority = u.priority::json, recent_substantive = u.recent_substantive::json,
-        recent_said = u.recent_said::json, tokens_day = u.tokens_day, tokens_used = u.tokens_used,
+        last_human_at = u.last_human_at, priority = u.priority, recent_substantive = u.recent_substantive,
+        recent_said = u.recent_said, tokens_day = u.tokens_day, tokens_used = u.tokens_used,
         history_since = u.history_since, updated_at = u.updated_at
-    FROM unnest(
-        $1::varchar[], $2::bigint[], $3::bigint[], $4::int[], $5::bigint[], $6::float8[], $7::text[], $8::text[],
-        $9::text[], $10::int[], $11::bigint[], $12::float8[], $13::float8[]
-    ) AS u(
-        id, version, last_seq, bot_streak, last_human_seq, last_human_at, priority, recent_substantive, recent_said,
-        tokens_day, tokens_used, history_since, updated_at
+    FROM json_to_recordset($1::json) AS u(
+        id varchar, version bigint, last_seq bigint, bot_streak int, last_human_seq bigint, last_human_at float8,
+        priority json, recent_substantive json, recent_said json, tokens_day int, tokens_used bigint,
+        history_since float8, updated_at float8
     )
     WHERE c.id = u.id AND c.version = u.version
     RETURNING c.id
 ), new_spends AS (
     INSERT INTO spends (id, channel_id, persona_id, tier, cost, state, created_at, refund_at, message_seq, version)
-    SELECT * FROM unnest(
-        $14::varchar[], $15::varchar[], $16::varchar[], $17::varchar[], $18::int[], $19::varchar[], $20::float8[],
-        $21::float8[], $22::bigint[], $23::bigint[]
+    SELECT * FROM json_to_recordset($2::json) AS u(
+        id varchar, channel_id varchar, persona_id varchar, tier varchar, cost int, state varchar, created_at float8,
+        refund_at float8, message_seq bigint, version bigint
     )
 ), changed_spends AS (
     UPDATE spends AS s SET
         tier = u.tier, cost = u.cost, state = u.state, refund_at = u.refund_at, message_seq = u.message_seq,
         version = u.version
-    FROM unnest(
-        $24::varchar[], $25::varchar[], $26::int[], $27::varchar[], $28::float8[], $29::bigint[], $30::bigint[]
-    ) AS u(id, tier, cost, state, refund_at, message_seq, version)
+    FROM json_to_recordset($3::json) AS u(
+        id varchar, tier varchar, cost int, state varchar, refund_at float8, message_seq bigint, version bigint
+    )
     WHERE s.id = u.id
 ), new_messages AS (
     INSERT INTO messages (
         channel_id, seq, author_id, author_kind, author_name, text, created_at, tier, cost, platform_message_id,
         spend_id, retracted, addressed, deleted, edited_at
     )
-    SELECT channel_id, seq, author_id, author_kind, author_name, text, created_at, tier, cost, platform_message_id,
-        spend_id, retracted, addressed::json, deleted, edited_at
-    FROM unnest(
-        $31::varchar[], $32::bigint[], $33::varchar[], $34::varchar[], $35::varchar[], $36::text[], $37::float8[],
-        $38::varchar[], $39::int[], $40::varchar[], $41::varchar[], $42::boolean[], $43::text[], $44::boolean[],
-        $45::float8[]
-    ) AS u(
-        channel_id, seq, author_id, author_kind, author_name, text, created_at, tier, cost, platform_message_id,
-        spend_id, retracted, addressed, deleted, edited_at
+    SELECT * FROM json_to_recordset($4::json) AS u(
+        channel_id varchar, seq bigint, author_id varchar, author_kind varchar, author_name varchar, text text,
+        created_at float8, tier varchar, cost int, platform_message_id varchar, spend_id varchar, retracted boolean,
+        addressed json, deleted boolean, edited_at float8
     )
 ), changed_messages AS (
     UPDATE messages AS m SET
         text = u.text, platform_message_id = u.platform_message_id, retracted = u.retracted, deleted = u.deleted,
         edited_at = u.edited_at
-    FROM unnest(
-        $46::varchar[], $47::bigint[], $48::text[], $49::varchar[], $50::boolean[], $51::boolean[], $52::float8[]
-    ) AS u(channel_id, seq, text, platform_message_id, retracted, deleted, edited_at)
+    FROM json_to_recordset($5::json) AS u(
+        channel_id varchar, seq bigint, text text, platform_message_id varchar, retracted boolean, deleted boolean,
+        edited_at float8
+    )
     WHERE m.channel_id = u.channel_id AND m.seq = u.seq
 ), stored_memories AS (
     INSERT INTO memories AS m (channel_id, persona_id, seq, state, updated_at)
-    SELECT channel_id, persona_id, seq, state::json, updated_at
-    FROM unnest($53::varchar[], $54::varchar[], $55::bigint[], $56::text[], $57::float8[])
-        AS u(channel_id, persona_id, seq, state, updated_at)
+    SELECT * FROM json_to_recordset($6::json)
+        AS u(channel_id varchar, persona_id varchar, seq bigint, state json, updated_at float8)
     ON CONFLICT (channel_id, persona_id) DO UPDATE
         SET seq = excluded.seq, state = excluded.state, updated_at = excluded.updated_at
         WHERE m.seq <= excluded.seq
     RETURNING 1
 ), used AS (
     INSERT INTO token_usage AS t (channel_id, persona_id, day, prompt_tokens, completion_tokens, requests)
-    SELECT * FROM unnest($58::varchar[], $59::varchar[], $60::int[], $61::bigint[], $62::bigint[], $63::int[])
+    SELECT * FROM json_to_recordset($7::json) AS u(
+        channel_id varchar, persona_id varchar, day int, prompt_tokens bigint, completion_tokens bigint, requests int
+    )
     ON CONFLICT (channel_id, persona_id, day) DO UPDATE SET
         prompt_tokens = t.prompt_tokens + excluded.prompt_tokens,
         completion_tokens = t.completion_tokens + excluded.completion_tokens,
         requests = t.requests + excluded.requests
 ), notified AS (
-    SELECT pg_notify($64, payload) FROM unnest($65::text[]) AS payload
+    SELECT pg_notify($8, payload) FROM json_array_elements_text($9::json) AS payload
 )
 SELECT CASE
-    WHEN (SELECT count(*) FROM saved) = cardinality($1::varchar[])
-        AND (SELECT count(*) FROM stored_memories) = cardinality($53::varchar[])
+    WHEN (SELECT count(*) FROM saved) = json_array_length($1::json)
+        AND (SELECT count(*) FROM stored_memories) = json_array_length($6::json)
         AND (
-            SELECT count(*) FROM channels AS c JOIN unnest($66::varchar[], $67::bigint[]) AS k(id, version)
+            SELECT count(*) FROM channels AS c JOIN json_to_recordset($10::json) AS k(id varchar, version bigint)
                 ON c.id = k.id AND c.version = k.version
-        ) = cardinality($66::varchar[])
+        ) = json_array_length($10::json)
     THEN (SELECT count(*) FROM notified)
     ELSE aizuchi_changed_elsewhere()
 END
@@ -137,61 +134,46 @@ def commit_statement(
     than the batch's are stored (the locked way keeps those and leaves the batch's, telling no one of them)."""
     versions = {state.channel_id: version + 1 for state, version in writes.channels}
     channels = [
-        (state.channel_id, version, *_values(state_columns(state), _CHANNEL_COLUMNS), now)
+        {**state_columns(state), "id": state.channel_id, "version": version, "updated_at": now}
         for state, version in writes.channels
     ]
     new_spends = [
-        (*_values(spend_columns(channel_id, spend), _SPEND_COLUMNS), versions[channel_id])
-        for channel_id, spend in writes.new_spends
+        {**spend_columns(channel_id, spend), "version": versions[channel_id]} for channel_id, spend in writes.new_spends
     ]
     changed_spends = [
-        (spend.id, *_values(spend_columns(channel_id, spend), _SPEND_CHANGES), versions[channel_id])
+        {**spend_columns(channel_id, spend), "version": versions[channel_id]}
         for channel_id, spend in writes.changed_spends
     ]
-    new_messages = [_values(message_columns(message), _MESSAGE_COLUMNS) for message in writes.new_messages]
-    changed_messages = [
-        (message.channel_id, message.seq, *_values(message_columns(message), _MESSAGE_CHANGES))
-        for message in writes.changed_messages
+    memories = [
+        {
+            "channel_id": m.channel_id,
+            "persona_id": m.persona_id,
+            "seq": m.seq,
+            "state": m.state,
+            "updated_at": m.updated_at,
+        }
+        for m in writes.memories
     ]
-    memories = [(m.channel_id, m.persona_id, m.seq, json.dumps(m.state), m.updated_at) for m in writes.memories]
+    usage = [dict(zip(_USAGE_COLUMNS, row, strict=True)) for row in writes.usage]
+    unchanged = [{"id": channel_id, "version": version} for channel_id, version in writes.unchanged]
     params = (
-        *_columns(channels, 13),
-        *_columns(new_spends, 10),
-        *_columns(changed_spends, 7),
-        *_columns(new_messages, 15),
-        *_columns(changed_messages, 7),
-        *_columns(memories, 5),
-        *_columns(writes.usage, 6),
+        _json(channels),
+        _json(new_spends),
+        _json(changed_spends),
+        _json([message_columns(message) for message in writes.new_messages]),
+        _json([message_columns(message) for message in writes.changed_messages]),
+        _json(memories),
+        _json(usage),
         notify_channel,
-        notifications,
-        *_columns(writes.unchanged, 2),
+        _json(notifications),
+        _json(unchanged),
     )
     return _COMMIT, params
 
 
-# Each table's columns in the order the statement takes them (after the key, where it leads).
-_CHANNEL_COLUMNS = (
-    "last_seq", "bot_streak", "last_human_seq", "last_human_at", "priority", "recent_substantive", "recent_said",
-    "tokens_day", "tokens_used", "history_since",
-)  # fmt: skip
-_SPEND_COLUMNS = (
-    "id", "channel_id", "persona_id", "tier", "cost", "state", "created_at", "refund_at", "message_seq"
-)  # fmt: skip
-_SPEND_CHANGES = ("tier", "cost", "state", "refund_at", "message_seq")
-_MESSAGE_COLUMNS = (
-    "channel_id", "seq", "author_id", "author_kind", "author_name", "text", "created_at", "tier", "cost",
-    "platform_message_id", "spend_id", "retracted", "addressed", "deleted", "edited_at",
-)  # fmt: skip
-_MESSAGE_CHANGES = ("text", "platform_message_id", "retracted", "deleted", "edited_at")
+_USAGE_COLUMNS = ("channel_id", "persona_id", "day", "prompt_tokens", "completion_tokens", "requests")
 
 
-def _values(columns: dict[str, Any], names: tuple[str, ...]) -> tuple[Any, ...]:
-    """The named columns' values, JSON columns as their text (the statement casts them)."""
-    return tuple(json.dumps(columns[name]) if name in JSON_COLUMNS else columns[name] for name in names)
-
-
-def _columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
-    """Rows as one list per column (``unnest`` takes each column as an array)."""
-    if not rows:
-        return [[] for _ in range(width)]
-    return [list(column) for column in zip(*rows, strict=True)]
+def _json(rows: list[Any]) -> str:
+    # Keys the statement does not ask for are left aside by json_to_recordset; NaN and the infinities are no JSON.
+    return json.dumps(rows, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
