@@ -60,6 +60,7 @@ class PostgresRelay:
         self._changed = changed
         self._hearing = hearing
         self.origin = uuid.uuid4().hex[:12]
+        self._own = f'{{"origin": "{self.origin}"'  # how each notification of this process's begins
         self._task: asyncio.Task[None] | None = None
         self._connected = asyncio.Event()
         self._parts: dict[str, list[str]] = {}  # a large event's parts received so far, by its key
@@ -129,10 +130,10 @@ class PostgresRelay:
                 await self._task
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        if payload.startswith(self._own):
+            return  # our own (every listener hears every notification): published locally when it committed
         try:
             envelope = json.loads(payload)
-            if envelope.get("origin") == self.origin:
-                return  # our own: already published locally when the transaction committed
             if envelope.get("versions"):
                 self._changed(envelope["versions"])
             if "events" in envelope:
