@@ -3,11 +3,10 @@ metrics in it, and writes the transcripts as before."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from typing import TYPE_CHECKING
+
+from tests.support.process import run_to_end
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -23,7 +22,6 @@ def row(output: str, label: str) -> list[str]:
 
 
 def test_a_short_run_reports_distinctness_and_persona_accuracy(tmp_path: Path) -> None:
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("ARBITER_", "AIZUCHI_"))}
     transcript = tmp_path / "talk.txt"
     command = [
         "bench",
@@ -37,17 +35,8 @@ def test_a_short_run_reports_distinctness_and_persona_accuracy(tmp_path: Path) -
         "--transcript",
         str(transcript),
     ]
-    done = subprocess.run(
-        [sys.executable, "-m", "aizuchi", *command],
-        cwd=tmp_path,
-        env={**env, "PYTHONUNBUFFERED": "1"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
+    status, out, err = run_to_end(tmp_path, *command, timeout=120)
+    assert status == 0, err
 
     assert row(out, "messages posted")  # the rows that were there are still there
     for mode, distinctness, accuracy in zip(

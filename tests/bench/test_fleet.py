@@ -3,16 +3,14 @@ and every person's message decided on; and the latency it reports, which leaves 
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from typing import TYPE_CHECKING
 
 import pytest
 
 from bench.fleet import FirstDecisions
 from bots.runtime import LookPlanned
+from tests.support.process import run_to_end
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -25,20 +23,10 @@ def cell(output: str, label: str) -> str:
 
 
 def test_a_short_run_prints_what_the_fleet_costs(tmp_path: Path) -> None:
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("ARBITER_", "AIZUCHI_"))}
     command = ["bench", "fleet", "--personas", "3", "--channels", "6", "--rate", "5", "--seconds", "3"]
     command += ["--warmup", "1", "--delay", "0.1", "--latency", "0.05"]
-    done = subprocess.run(
-        [sys.executable, "-m", "aizuchi", *command],
-        cwd=tmp_path,
-        env={**env, "PYTHONUNBUFFERED": "1"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
+    status, out, err = run_to_end(tmp_path, *command, timeout=120)
+    assert status == 0, err
     assert cell(out, "personas x channels") == "3 x 6"
     measured = int(re.match(r"(\d+) in", cell(out, "human messages measured"))[1])  # type: ignore[index]
     assert measured >= 5
