@@ -23,7 +23,7 @@ import statistics
 import tempfile
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,7 +40,8 @@ from bots.llm.base import ChatProvider, Completion, CompletionRequest, DecisionR
 from bots.llm.scripted import ScriptedProvider, estimate_prompt_tokens, estimate_tokens
 from bots.persona import Persona, load_personas
 from bots.platforms.memory import MemoryRoom
-from bots.runtime import OWN_LINES, PersonaRuntime, RuntimeConfig
+from bots.prompt import OWN_LINES
+from bots.runtime import PersonaRuntime, RuntimeConfig
 from bots.text import repeats
 from bots.tool_loop import ToolLoopRuntime
 
@@ -220,6 +221,11 @@ class Conversation:
         return [(after[0].at - human.at) * speed for human, after in self.segments() if after]
 
 
+def faster(config: RuntimeConfig, speed: float) -> RuntimeConfig:
+    """The personas' production settings with every duration (each ``*_s``) run ``speed`` times faster."""
+    return replace(config, **{f.name: getattr(config, f.name) / speed for f in fields(config) if f.name.endswith("_s")})
+
+
 @dataclass
 class ModeResult:
     mode: str
@@ -354,7 +360,7 @@ async def _run_mode(mode: str, args: argparse.Namespace, scratch: Path) -> ModeR
                     MeteredProvider(scripted, log),
                     ArbiterClient(session, f"http://127.0.0.1:{port}", tokens[persona.id]),
                     room.platform(persona.id),
-                    config=RuntimeConfig(base_delay_s=1.5 / speed, backoff_s=2.0 / speed, speak_margin_s=3.0 / speed),
+                    config=faster(RuntimeConfig(), speed),
                     rng=random.Random(args.seed * 100 + index),
                 )
                 await runtime.start()

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = (
     "COLUMNS_NOTE",
     "LANGUAGE_NAMES",
+    "OWN_LINES",
     "SPEAKER_MARKS",
     "length_limit",
     "persona_prompt",
@@ -43,9 +44,9 @@ SPEAKER_MARKS = {AuthorKind.HUMAN: "person", AuthorKind.PERSONA: "persona", Auth
 _OWN_MARK = "you"
 # A quoted message longer than this is cut (it is in the transcript above in full).
 _QUOTE_CHARS = 280
-# At most this many of the persona's own earlier lines are listed to keep clear of (the runtime checks its last 30
-# before posting, bots.runtime.OWN_LINES; the notes carry what it said beyond these).
-_OWN_LINES = 10
+# A persona never says again one of its own last this many lines: the runtime keeps them and drops a reply that
+# repeats one (a wasted call), so the prompt lists every one of them the transcript does not show.
+OWN_LINES = 30
 NOTES_HEADER = "Your notes on this conversation, as you kept them (they take in every message before the new ones):"
 NO_NOTES = "You have no notes on this conversation yet: start them from the messages below."
 NEW_SINCE_NOTES = "- new since your notes -"
@@ -152,8 +153,8 @@ def transcript_turn(
     """The conversation as one user turn: the persona's notes, the transcript, oldest first, and the message to
     reply to.
 
-    ``own_lines``: the persona's own recent lines (oldest first), from before the window; the latest few not in
-    the window are listed so that it says something else. ``memory``: its notes and the last message they take in;
+    ``own_lines``: the persona's own recent lines (oldest first); those of its last ``OWN_LINES`` not in the window
+    are listed so that it says something else. ``memory``: its notes and the last message they take in;
     ``keeps_notes``: whether it is asked to keep notes (then it is told it has none yet when ``memory`` is None).
     Messages the notes already take in are marked apart from the new ones.
     """
@@ -163,7 +164,7 @@ def transcript_turn(
         if 0 < new < len(window):
             lines.insert(new, NEW_SINCE_NOTES)
     in_window = {m.text for m in window}
-    earlier = [line for line in own_lines if line not in in_window][-_OWN_LINES:]
+    earlier = [line for line in own_lines if line not in in_window][-OWN_LINES:]
     parts: list[str] = []
     if memory is not None:
         parts += [NOTES_HEADER, *notes_lines(memory.state), ""]

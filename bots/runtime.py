@@ -30,7 +30,7 @@ from bots.llm.tool_rounds import DEFAULT_ROUNDS, decide_with_tools
 from bots.memory import MEMORY_SCHEMA, fit_state
 from bots.planner import anchor, plan_turn, refused_outright
 from bots.platforms.base import Posted
-from bots.prompt import persona_prompt, rules_prompt, transcript_turn
+from bots.prompt import OWN_LINES, persona_prompt, rules_prompt, transcript_turn
 from bots.text import clean_reply, is_emoji, repeats
 
 if TYPE_CHECKING:
@@ -46,8 +46,6 @@ __all__ = ("ChannelWorker", "LookPlanned", "PersonaRuntime", "RuntimeConfig", "R
 
 _log = logging.getLogger(__name__)
 
-# A persona never says again one of its own last this many lines (checked before posting).
-OWN_LINES = 30
 # How much history a worker reads on arrival: its window, and its own recent lines among them.
 _ARRIVAL_READ = 100
 # How long a look waits for its status on the stream before it reads it over HTTP (a stream that is down answers at
@@ -58,9 +56,6 @@ _STATUS_WAIT_S = 2.0
 _REPLANNED = (wire.RefusalReason.INSUFFICIENT, wire.RefusalReason.PRIORITY)
 # The kinds of events a persona does without: it plans from the status it asks for as it looks, not from the level.
 _UNUSED_EVENTS: tuple[wire.EventType, ...] = ("level",)
-# At most this long (times 1.5 for the least eager) before a persona looks again when a wait ends: those waiting for
-# the same refund would otherwise all claim it at the same moment, and all but one be refused.
-_REACTION_S = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +71,9 @@ class RuntimeConfig:
     backoff_s: float = 2.0  # first wait after a provider error; doubles per error in a row
     max_backoff_s: float = 60.0
     reconnect_s: float = 1.0  # first wait before reconnecting the event stream
+    # At most this long (times 1.5 for the least eager) before a persona looks again when a wait ends: those waiting
+    # for the same refund would otherwise all claim it at the same moment, and all but one be refused.
+    reaction_s: float = 0.25
     # A persona with MCP tools: at most this many LLM requests in a turn, tool rounds and the decision together.
     tool_rounds: int = DEFAULT_ROUNDS
 
@@ -571,7 +569,7 @@ class ChannelWorker:
         """How long after a wait ends the persona notices: the eager sooner, and never all at the same moment."""
         persona = self.persona
         eagerness = (persona.talkativeness + persona.big_five.extraversion) / 2
-        return _REACTION_S * (1.5 - eagerness) * self.runtime.rng.random()
+        return self.runtime.config.reaction_s * (1.5 - eagerness) * self.runtime.rng.random()
 
     def _retry_in(self, seconds: float) -> None:
         self._cancel_retry()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from bench.conversation import faster
+from bots.runtime import RuntimeConfig
 from tests.support.process import run_to_end
 
 if TYPE_CHECKING:
@@ -63,3 +65,20 @@ def test_a_short_run_reports_distinctness_and_persona_accuracy(tmp_path: Path) -
         assert sorted(s[0] for s in speakers) == sorted(PERSONAS.values())
         assert sum(int(s[4]) for s in speakers) == int(total)
         assert sum(int(s[3]) for s in speakers) == int(correct)
+
+
+def test_every_duration_of_the_personas_runs_as_fast_as_the_conversation() -> None:
+    # Time runs --speed times faster: a wait left at its production length would make the personas look slower
+    # than they are (a pool wait's reaction, 0.25 s, is 5 s of conversation at x20).
+    production = RuntimeConfig()
+
+    quick = faster(production, 20)
+
+    assert quick.base_delay_s == production.base_delay_s / 20
+    assert quick.reaction_s == production.reaction_s / 20
+    assert quick.max_backoff_s == production.max_backoff_s / 20
+    assert (quick.window, quick.recent, quick.tool_rounds) == (
+        production.window,
+        production.recent,
+        production.tool_rounds,
+    )

@@ -8,7 +8,7 @@ import pytest
 
 from arbiter.contract import AuthorKind, MessageView, StatusView, Tier
 from bots.llm.base import COLUMNS_NOTE, DecisionRequest, decision_instructions, decision_schema, decision_tool
-from bots.prompt import length_limit, persona_prompt, rules_prompt, transcript_turn
+from bots.prompt import OWN_LINES, length_limit, persona_prompt, rules_prompt, transcript_turn
 from tests.support.fleet import make_persona
 from tests.support.status import status_for
 
@@ -228,6 +228,17 @@ def test_the_persona_is_shown_its_own_earlier_lines_not_in_the_window() -> None:
     assert turn.text.endswith(
         'You would be replying to Yui: "So?"\nWhat is your next move? Choose one of the moves you may make now.'
     )
+
+
+def test_every_own_line_the_runtime_would_refuse_is_listed_and_none_older() -> None:
+    # The runtime drops a reply that repeats one of the persona's last OWN_LINES lines: a model not told of one
+    # may well say it (a short nod most of all), and the call is wasted.
+    said = [f"Line number {n}." for n in range(OWN_LINES + 5)]
+    window = [message(1, "yui", "So?")]
+
+    listed = transcript_turn(make_persona("aoi"), window, status(), own_lines=said).text.split("\n")
+
+    assert [line for line in listed if line.startswith("- Line number")] == [f"- {line}" for line in said[-OWN_LINES:]]
 
 
 def test_nothing_from_others_yet() -> None:
