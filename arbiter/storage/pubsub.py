@@ -17,12 +17,11 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from arbiter.events import parse_any_event
-from arbiter.storage.writer import NOTIFY_CHANNEL, pg_notify
+from arbiter.storage.writer import NOTIFY_CHANNEL
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-    from sqlalchemy import Connection
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from arbiter.events import Event
@@ -65,10 +64,6 @@ class PostgresRelay:
         self._connected = asyncio.Event()
         self._parts: dict[str, list[str]] = {}  # a large event's parts received so far, by its key
         self._skipped: set[str] = set()  # the keys of large events whose parts are being skipped
-
-    def notify(self, conn: Connection, events: Sequence[Event], versions: Mapping[str, int] | None = None) -> None:
-        """Queue ``events`` in the open transaction (the writer sends a batch's ``payloads`` with its commit)."""
-        pg_notify(conn, NOTIFY_CHANNEL, self.payloads(events, versions or {}))
 
     def payloads(self, events: Sequence[Event], versions: Mapping[str, int]) -> list[str]:
         """A transaction's events, and the versions it saved its channels at, in as few notifications as fit: each

@@ -332,7 +332,7 @@ class WriteTx:
 
     def _saved_versions(self) -> dict[str, int]:
         """The version each channel the batch changed is saved at (shared database)."""
-        return {channel_id: self.versions[channel_id] + 1 for channel_id in self._dirty if channel_id in self.versions}
+        return {cid: version for cid, version in self._committed_versions().items() if cid in self._dirty}
 
     def _committed_versions(self) -> dict[str, int]:
         """Each channel's version once this transaction commits (saving a channel counts one more)."""
@@ -675,19 +675,17 @@ class BatchWriter:
     ) -> tuple[list[Any], list[Event], tuple[dict[str, ChannelState], dict[str, int]]]:
         """Runs inside one database transaction: on the writer thread (SQLite) or in run_sync (PostgreSQL)."""
         tx = WriteTx(conn, self._clock, self._memory)
-        tx._prefetch(channel_id for op in ops for channel_id in op.channel_ids)
-        outcomes = self._steps(tx, ops)
-        return outcomes, tx.events, (tx.states, tx._committed_versions())
+        return self._steps(tx, ops), tx.events, (tx.states, tx._committed_versions())
 
     def _optimistic_steps(self, conn: Connection, ops: list[_Op[Any]]) -> tuple[Any, ...]:
         """The batch's steps on the channels as remembered, in run_sync on a connection in autocommit; what they wrote
         is left in ``tx.commit`` for the writer to send."""
         tx = WriteTx(conn, self._clock, self._memory, optimistic=True)
-        tx._prefetch(channel_id for op in ops for channel_id in op.channel_ids)
-        outcomes = self._steps(tx, ops)
-        return outcomes, tx.events, (tx.states, tx._committed_versions()), tx.commit
+        return self._steps(tx, ops), tx.events, (tx.states, tx._committed_versions()), tx.commit
 
     def _steps(self, tx: WriteTx, ops: list[_Op[Any]]) -> list[Any]:
+        """The batch's channels loaded, its steps run and its writes finished (or gathered: optimistic)."""
+        tx._prefetch(channel_id for op in ops for channel_id in op.channel_ids)
         outcomes: list[Any] = []
         for index, op in enumerate(ops):
             try:

@@ -16,6 +16,7 @@ from arbiter.events import PersonaEvent
 from arbiter.storage.database import Database
 from arbiter.storage.migrate import migrate
 from arbiter.storage.pubsub import PostgresRelay
+from arbiter.storage.writer import NOTIFY_CHANNEL, pg_notify
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
@@ -80,7 +81,7 @@ async def relays(
 
 async def _send(database: Database, relay: PostgresRelay, events: Sequence[Event]) -> None:
     """Notify ``events`` in one committed transaction, as the writer does."""
-    await database.write(lambda conn: relay.notify(conn, events))
+    await database.write(lambda conn: pg_notify(conn, NOTIFY_CHANNEL, relay.payloads(events, {})))
 
 
 async def test_only_watched_channels_and_personas_are_parsed(database: Database) -> None:
