@@ -11,8 +11,8 @@ statement ran. One round trip a batch, where a locked transaction takes six to n
 statement per table written, the notifications, COMMIT); a channel's requests go to one process
 (``bots.affinity``), so another process's change in between is rare.
 
-Every table takes its rows as arrays (``unnest``), so the statement's text is the same for every batch and the
-driver prepares it once per connection.
+Every table takes its rows as one JSON parameter (``json_to_recordset``), so the statement's text is the same for
+every batch and the driver prepares it once per connection.
 """
 
 from __future__ import annotations
