@@ -40,6 +40,9 @@ class CommandBot(RecordingClient):
         if isinstance(error, app_commands.MissingPermissions):
             await interaction.response.send_message("not allowed", ephemeral=True)
             return
+        if isinstance(error, app_commands.CommandNotFound):
+            await interaction.response.send_message(f"no command {error.name}", ephemeral=True)
+            return
         raise error
 
     def fleet_group(self) -> app_commands.Group:
@@ -197,6 +200,18 @@ async def test_an_unvalidated_value_reaches_the_bot_as_sent(fake: FakeDiscord, w
         result = await fake.invoke(world.mod, world.lounge, "fleet capacity", {"value": 5000}, validate=False)
 
     assert result.content == "capacity 5000"
+
+
+async def test_an_unvalidated_subcommand_reaches_the_bot_as_sent(
+    fake: FakeDiscord, world: World, arbiter: FakeBot
+) -> None:
+    async with running(CommandBot(world.guild.id), arbiter.token):
+        result = await fake.invoke(world.mod, world.lounge, "fleet explode", {"loudly": True}, validate=False)
+
+    assert result.payload["data"]["options"] == [
+        {"type": 1, "name": "explode", "options": [{"name": "loudly", "type": 5, "value": True}]}
+    ]
+    assert result.content == "no command explode"
 
 
 async def test_a_member_option_arrives_resolved(fake: FakeDiscord, world: World, arbiter: FakeBot) -> None:

@@ -27,7 +27,7 @@ with warnings.catch_warnings():
 
 from .clients import FAST_READY, RecordingClient, running
 from .commands import InvalidInvocation
-from .gateway import GatewayOp, Op
+from .gateway import Breakage, GatewayOp, Op
 from .model import (
     DEFAULT_BOT_PERMISSIONS,
     DEFAULT_EVERYONE_PERMISSIONS,
@@ -52,6 +52,7 @@ __all__ = (
     "DISCORD_GLOBAL_LIMIT",
     "DISCORD_RATE_LIMITS",
     "FAST_READY",
+    "Breakage",
     "FailureRule",
     "FakeBot",
     "FakeChannel",

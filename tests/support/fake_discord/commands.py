@@ -3,7 +3,8 @@
 The Discord client only lets a person submit what the registration allows (required options present, choices,
 ranges and lengths respected, the right kind of user/role/channel); ``build_options`` enforces the same, so a bot
 only sees what it could see in production. ``validate=False`` sends the values as given, to stand in for a
-registration that changed under a running client.
+registration that changed under a running client (a subcommand it no longer has, an option or a value it no longer
+takes), or a server that does not enforce the registration.
 """
 
 from __future__ import annotations
@@ -106,7 +107,9 @@ def build_options(
             None,
         )
         if sub is None:
-            raise InvalidInvocation(f"/{where} has no subcommand {name!r}")
+            if validate:
+                raise InvalidInvocation(f"/{where} has no subcommand {name!r}")
+            sub = {"type": OptionType.SUB_COMMAND, "name": name}  # one the registration does not have (any more)
         chain.append({"type": sub["type"], "name": name, "options": []})
         declared = sub.get("options") or []
         where = f"{where} {name}"

@@ -3,6 +3,9 @@
 Every dispatch is stored in its session before it is sent, so a client that drops and RESUMEs gets every event
 after the last sequence number it saw, then RESUMED - never one twice, never one lost. Frames go out through one
 writer per connection (in order, through one compression stream when the client asked for ``zlib-stream``).
+
+What a test broke in one bot's sessions (``FakeDiscord.ready_without``, ``close_after_ready``,
+``refuse_identify``, ``delay_events``) is that bot's :class:`Breakage`, shared by all its sessions.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ if TYPE_CHECKING:
 
     from .model import FakeBot
 
-__all__ = ("Connection", "GatewayOp", "Op", "Session")
+__all__ = ("Breakage", "Connection", "GatewayOp", "Op", "Session")
 
 
 class Op:
@@ -48,6 +51,22 @@ class GatewayOp:
     compress: str | None  # the transport compression the connection asked for ("zlib-stream") or None
 
 
+@dataclass
+class Breakage:
+    """What the test broke in one bot's gateway sessions; every session of the bot shares it, so a change applies
+    to its live sessions and to those to come.
+
+    ``ready_without``: fields removed from each READY it gets. ``close_after_ready``: a close code each new session
+    is closed with right after its READY (and GUILD_CREATEs), the session ended with it. ``refuse_identify``: each
+    IDENTIFY answered INVALID_SESSION (not resumable). ``delay_s``: how much later than sent each dispatch is written
+    to its sockets."""
+
+    ready_without: frozenset[str] = frozenset()
+    close_after_ready: int | None = None
+    refuse_identify: bool = False
+    delay_s: float = 0.0
+
+
 class _ZlibStream:
     def __init__(self) -> None:
         self._context = zlib.compressobj()
@@ -69,7 +88,12 @@ class _ZstdStream:
 
 @dataclass(eq=False)
 class Connection:
-    """One WebSocket. ``send`` queues a frame; the writer task sends them in order."""
+    """One WebSocket. ``send`` queues a frame; the writer task sends them in order.
+
+    A dispatch to a session whose bot's events are delayed (``Breakage.delay_s``) is written that long after it
+    was queued, and every frame queued after it waits its turn: nothing overtakes, so the client sees the same
+    order and sequence numbers, only later. Such frames are *held back*: ``flush()`` does not wait for them,
+    ``flush(delayed=True)`` does."""
 
     ws: web.WebSocketResponse
     request: web.Request
@@ -80,9 +104,13 @@ class Connection:
     written: int = 0
     closed: bool = False
     dropped: bool = False  # closed by the fake (drop/reconnect), not by the client
-    _queue: asyncio.Queue[dict[str, Any] | None] = field(default_factory=asyncio.Queue)
+    # (frame, the loop time it may be written at); None ends the writer.
+    _queue: asyncio.Queue[tuple[dict[str, Any], float] | None] = field(default_factory=asyncio.Queue)
     _progress: asyncio.Condition = field(default_factory=asyncio.Condition)
+    _gone: asyncio.Event = field(default_factory=asyncio.Event)
     _writer: asyncio.Task[None] | None = None
+    _last_held: int = 0  # the number (1, 2...) of the last frame held back by a delay, or queued behind one
+    _last_due: int = 0  # the number of the last frame that was not
 
     def start(self) -> None:
         self._writer = asyncio.create_task(self._write_loop(), name=f"fake-discord-writer-{id(self)}")
@@ -90,12 +118,18 @@ class Connection:
     def send(self, frame: dict[str, Any]) -> None:
         if self.closed:
             return
+        delay = self.session.breakage.delay_s if self.session is not None and frame["op"] == Op.DISPATCH else 0.0
         self.queued += 1
-        self._queue.put_nowait(frame)
+        if delay > 0 or self.written < self._last_held:
+            self._last_held = self.queued
+        else:
+            self._last_due = self.queued
+        self._queue.put_nowait((frame, asyncio.get_running_loop().time() + delay))
 
-    async def flush(self) -> None:
-        """Wait until every frame queued so far is on the socket (or the socket is gone)."""
-        target = self.queued
+    async def flush(self, *, delayed: bool = False) -> None:
+        """Wait until every frame queued so far is on the socket (or the socket is gone); frames held back by a
+        delay only with ``delayed``."""
+        target = self.queued if delayed else self._last_due
         async with self._progress:
             await self._progress.wait_for(lambda: self.written >= target or self.closed)
 
@@ -106,7 +140,14 @@ class Connection:
         elif self.compress == "zstd-stream":
             compressor = _ZstdStream()
         try:
-            while (frame := await self._queue.get()) is not None:
+            while (item := await self._queue.get()) is not None:
+                frame, due = item
+                wait = due - asyncio.get_running_loop().time()
+                if wait > 0:  # held back by delay_events; a socket that goes away meanwhile ends the wait
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._gone.wait(), wait)
+                    if self.closed:
+                        break
                 text = json.dumps(frame, separators=(",", ":"), ensure_ascii=True)
                 if compressor is None:
                     await self.ws.send_str(text)
@@ -122,6 +163,7 @@ class Connection:
 
     async def mark_closed(self) -> None:
         self.closed = True
+        self._gone.set()
         async with self._progress:
             self._progress.notify_all()
 
@@ -151,6 +193,7 @@ class Session:
     events: list[dict[str, Any]] = field(default_factory=list)
     connection: Connection | None = None
     valid: bool = True
+    breakage: Breakage = field(default_factory=Breakage)  # the bot's, shared by its sessions (FakeDiscord sets it)
 
     def dispatch(self, event: str, data: Any) -> int:
         """Give the event the next sequence number, store it, and send it if a connection is attached."""

@@ -2,9 +2,11 @@
 
 Entering it starts an aiohttp server on 127.0.0.1 and points discord.py at it (``discord.http.Route.BASE`` and
 ``discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY``, class attributes, so every client in the process uses it;
-both are restored on exit). The test builds the world (guilds, channels, roles, humans, bots), plays the humans
-(``human_says``, ``edit``, ``delete``, ``bulk_delete``, ``human_dms``, ``react``, ``invoke``), breaks things
-(``fail_next``, ``drop``, ``invalidate``), and reads what happened (``requests``, ``channel.messages``,
+both are restored on exit). The test builds the world (guilds, channels, roles, humans, bots; ``set_overwrites``),
+plays the humans (``human_says``, ``edit``, ``delete``, ``bulk_delete``, ``human_dms``, ``react``, ``invoke``, and
+the notices Discord writes itself: ``system_message``), breaks things
+(``fail_next``, ``drop``, ``invalidate``, ``ready_without``, ``close_after_ready``, ``refuse_identify``,
+``delay_events``), and reads what happened (``requests``, ``channel.messages``,
 ``gateway_log``).
 """
 
@@ -20,7 +22,7 @@ from aiohttp import WSMsgType, web
 
 from . import rest
 from .commands import InvalidInvocation, build_options
-from .gateway import Connection, GatewayOp, Op, Session
+from .gateway import Breakage, Connection, GatewayOp, Op, Session
 from .model import (
     ALL_PARSE,
     DEFAULT_BOT_PERMISSIONS,
@@ -90,6 +92,12 @@ class FakeDiscord:
     Rate limits: ``rate_limits`` maps bucket names (``ratelimits.BUCKETS``: "messages", "reactions"...) to
     ``(count, per_s)``, and ``global_rate_limit`` is ``(count, per_s)`` per bot; both are off by default
     (``ratelimits.DISCORD_RATE_LIMITS`` are Discord's). See ``ratelimits``.
+
+    Broken sessions, per bot, from the next frame on until ``mend``: ``ready_without`` removes fields from every
+    READY it gets; ``close_after_ready`` closes each new session with a code right after its READY and ends it (a
+    RESUME is refused); ``refuse_identify`` answers every IDENTIFY with INVALID_SESSION;
+    ``delay_events`` writes every dispatch to its sockets some seconds late, in order (``flush`` does not wait
+    for those; ``flush_delayed`` does).
     """
 
     def __init__(
@@ -125,6 +133,7 @@ class FakeDiscord:
 
         self._connections: list[Connection] = []
         self._failures: list[FailureRule] = []
+        self._breakages: dict[int, Breakage] = {}  # by bot id: what the test broke in its sessions
         self._changed = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self._saved: tuple[str, yarl.URL] | None = None
@@ -230,6 +239,14 @@ class FakeDiscord:
         for session in self._sessions_in(guild, intent=Intent.GUILDS):
             session.dispatch("CHANNEL_CREATE", channel.payload())
         return channel
+
+    async def set_overwrites(self, channel: FakeChannel, overwrites: Sequence[Overwrite]) -> None:
+        """A moderator replaces the channel's permission overwrites -> CHANNEL_UPDATE to the bots (guilds intent)."""
+        channel.overwrites = list(overwrites)
+        for session in self._sessions_in(channel.guild, intent=Intent.GUILDS):
+            session.dispatch("CHANNEL_UPDATE", channel.payload())
+        self._notify()
+        await self.flush()
 
     def add_role(
         self,
@@ -376,15 +393,16 @@ class FakeDiscord:
         await self.flush()
         return message
 
-    async def edit(self, message: FakeMessage, content: str) -> FakeMessage:
-        """Edit a message (anyone's: the test is the world) -> MESSAGE_UPDATE to the bots."""
-        self._apply_edit(message, {"content": content})
+    async def edit(self, message: FakeMessage, content: str, *, announce: bool = True) -> FakeMessage:
+        """Edit a message (anyone's: the test is the world) -> MESSAGE_UPDATE to the bots (none with ``announce``
+        off: an event lost, or sent by the test in a form of its own with ``send_raw``)."""
+        self._apply_edit(message, {"content": content}, announce=announce)
         await self.flush()
         return message
 
-    async def delete(self, message: FakeMessage) -> None:
-        """Delete a message -> MESSAGE_DELETE to the bots that could see it."""
-        self._apply_delete(message)
+    async def delete(self, message: FakeMessage, *, announce: bool = True) -> None:
+        """Delete a message -> MESSAGE_DELETE to the bots that could see it (none with ``announce`` off)."""
+        self._apply_delete(message, announce=announce)
         await self.flush()
 
     async def bulk_delete(self, messages: Sequence[FakeMessage]) -> None:
@@ -448,6 +466,21 @@ class FakeDiscord:
         """``user`` starts typing -> TYPING_START to the other bots with the typing intent."""
         self._typing(user, channel)
         await self.flush()
+
+    async def system_message(
+        self, channel: FakeChannel, user: FakeUser, kind: int, *, content: str = "", about: FakeMessage | None = None
+    ) -> FakeMessage:
+        """A message Discord writes itself when ``user`` does something, of type ``kind`` (``MessageType``: 6 a pin,
+        7 a member joining, 8 a boost, 3 a call, 4 a channel renamed, 18 a thread created...). As on Discord its
+        content is empty or the bare fact (a thread's or the channel's new name: ``content``), and a pin refers to the
+        pinned message (``about``). Every bot that can see the channel gets MESSAGE_CREATE, and the channel's history
+        lists it."""
+        message = self._new_message(
+            channel, user, content, allowed_mentions={"parse": []}, default_parse=(), reply_to=about, type=kind
+        )
+        self._publish(message)
+        await self.flush()
+        return message
 
     # -- slash commands --------------------------------------------------------------------------------------
 
@@ -600,6 +633,47 @@ class FakeDiscord:
             if session.connection is not None:
                 session.connection.send({"op": Op.RECONNECT, "d": None, "s": None, "t": None})
         await self.flush()
+
+    def ready_without(self, bot: FakeBot, *fields: str) -> None:
+        """Leave ``fields`` out of every READY ``bot`` gets from now on (``"shard"``: as Spacebar does, which
+        discord.py's sharded client cannot read; ``"user"``: neither can the plain one)."""
+        self._breakage(bot).ready_without |= frozenset(fields)
+
+    def close_after_ready(self, bot: FakeBot, code: int) -> None:
+        """Close every new session of ``bot`` with ``code`` right after its READY and GUILD_CREATEs, and end the
+        session (Discord's 4007/4009: a RESUME gets INVALID_SESSION). discord.py retries every code but
+        1000 and 4004/4010-4014 by itself, forever: it RESUMEs, is refused, waits 5 s and IDENTIFYs again."""
+        self._breakage(bot).close_after_ready = code
+
+    def refuse_identify(self, bot: FakeBot) -> None:
+        """Answer every IDENTIFY of ``bot`` with INVALID_SESSION (op 9, ``d: false``) and start no session, as
+        Discord does to a client identifying too fast. discord.py closes, waits 5 s and IDENTIFYs again, forever."""
+        self._breakage(bot).refuse_identify = True
+
+    def delay_events(self, bot: FakeBot, seconds: float) -> None:
+        """Write every dispatch to ``bot``'s sessions ``seconds`` later than it is dispatched (0: on time again),
+        as over a slow link: the others get it first. Its events keep their order and sequence numbers, and any
+        other frame (a HEARTBEAT_ACK, INVALID_SESSION...) queued behind a late one waits for it. ``flush()`` does
+        not wait for late frames; ``flush_delayed(bot)`` does."""
+        self._breakage(bot).delay_s = seconds
+
+    async def flush_delayed(self, bot: FakeBot) -> None:
+        """Wait until every frame queued so far for ``bot``'s connected sessions is on the socket, late ones
+        (``delay_events``) included."""
+        connections = [s.connection for s in self._live_sessions(bot) if s.connection is not None]
+        await asyncio.gather(*(c.flush(delayed=True) for c in connections if not c.closed))
+
+    def mend(self, bot: FakeBot) -> None:
+        """Undo ``ready_without``, ``close_after_ready``, ``refuse_identify`` and ``delay_events`` for ``bot``
+        (frames already held back still arrive late)."""
+        self._breakages.pop(bot.id, None)
+        for session in self.sessions:
+            if session.bot is bot:
+                session.breakage = self._breakage(bot)
+
+    def _breakage(self, bot: FakeBot) -> Breakage:
+        """``bot``'s breakage, one object shared by all its sessions (so a change applies to the live ones)."""
+        return self._breakages.setdefault(bot.id, Breakage())
 
     # -- reading what happened -------------------------------------------------------------------------------
 
@@ -780,7 +854,7 @@ class FakeDiscord:
         for session in self._sessions_in(message.channel.guild, intent=Intent.GUILD_MESSAGES, channel=message.channel):
             session.dispatch(event, message.payload(viewer=session.bot, content_visible=_may_read(session, message)))
 
-    def _apply_edit(self, message: FakeMessage, body: Mapping[str, Any]) -> None:
+    def _apply_edit(self, message: FakeMessage, body: Mapping[str, Any], *, announce: bool = True) -> None:
         if "content" in body and body["content"] is not None and body["content"] != message.content:
             message.edits.append(message.content)
             message.content = body["content"]
@@ -794,15 +868,15 @@ class FakeDiscord:
         message.edited_at = self.clock()
         default_parse = ("users",) if message.webhook_id is not None else ALL_PARSE
         self._compute_mentions(message, default_parse)
-        if not message.ephemeral and not message.deleted:
+        if announce and not message.ephemeral and not message.deleted:
             self._dispatch_message("MESSAGE_UPDATE", message)
         self._notify()
 
-    def _apply_delete(self, message: FakeMessage) -> None:
+    def _apply_delete(self, message: FakeMessage, *, announce: bool = True) -> None:
         if message.deleted:
             return
         message.deleted = True
-        if not message.ephemeral:
+        if announce and not message.ephemeral:
             channel = message.channel
             data = {"id": str(message.id), "channel_id": str(channel.id), "guild_id": str(channel.guild.id)}
             for session in self._sessions_in(channel.guild, intent=Intent.GUILD_MESSAGES, channel=channel):
@@ -1050,7 +1124,13 @@ class FakeDiscord:
         if shard is not None and not _valid_shard(shard):
             await self._refuse(connection, 4010, "Invalid shard.")
             return
-        session = Session(id=f"fake-session-{len(self.sessions) + 1}", bot=bot, intents=intents, shard=shard)
+        breakage = self._breakage(bot)
+        if breakage.refuse_identify:
+            connection.send({"op": Op.INVALID_SESSION, "d": False, "s": None, "t": None})
+            return
+        session = Session(
+            id=f"fake-session-{len(self.sessions) + 1}", bot=bot, intents=intents, shard=shard, breakage=breakage
+        )
         guilds = [g for g in self.guilds.values() if bot.id in g.members and session.covers(g.id)]
         if len(guilds) > self.max_guilds_per_shard:
             await self._refuse(connection, 4011, "Sharding required.")
@@ -1077,9 +1157,14 @@ class FakeDiscord:
         }
         if session.shard is not None:
             ready["shard"] = session.shard
+        for name in breakage.ready_without:
+            ready.pop(name, None)
         session.dispatch("READY", ready)
         for guild in guilds:
             session.dispatch("GUILD_CREATE", self._guild_create(guild, session))
+        if breakage.close_after_ready is not None:
+            session.valid = False
+            await self._refuse(connection, breakage.close_after_ready, "Closed by the test after READY.")
 
     async def _resume(self, connection: Connection, data: dict[str, Any]) -> None:
         session = next((s for s in self.sessions if s.id == data.get("session_id")), None)
@@ -1124,7 +1209,7 @@ class FakeDiscord:
 
     async def _refuse(self, connection: Connection, code: int, reason: str) -> None:
         connection.dropped = True
-        await connection.flush()
+        await connection.flush(delayed=True)  # the close comes after every frame queued before it, late ones too
         await connection.ws.close(code=code, message=reason.encode())
 
 
