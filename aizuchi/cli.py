@@ -81,37 +81,39 @@ class _Undecodable(Exception):
 
 def _arbiter(args: argparse.Namespace) -> int:
     from aizuchi.run import run_arbiter
-    from aizuchi.settings import DiscordEndpoints
+    from aizuchi.settings import DiscordEndpoints, DiscordReconnects
     from arbiter.settings import ArbiterSettings
 
     overrides = {key: value for key, value in (("host", args.host), ("port", args.port)) if value is not None}
     settings, endpoints = _settings(ArbiterSettings, **overrides), _settings(DiscordEndpoints)
+    reconnects = _settings(DiscordReconnects)
     configure_logging(settings.log_level)
-    return _run(lambda: run_arbiter(settings, endpoints))
+    return _run(lambda: run_arbiter(settings, endpoints, reconnects=reconnects))
 
 
 def _run_all(args: argparse.Namespace) -> int:
     from aizuchi.run import run_all
-    from aizuchi.settings import DiscordEndpoints
+    from aizuchi.settings import DiscordEndpoints, DiscordReconnects
     from arbiter.settings import ArbiterSettings
     from bots.settings import BotsSettings, Environment
 
     overrides = {key: value for key, value in (("host", args.host), ("port", args.port)) if value is not None}
     settings = _settings(ArbiterSettings, **overrides)
-    bots, endpoints = _settings(BotsSettings), _settings(DiscordEndpoints)
+    bots, endpoints, reconnects = _settings(BotsSettings), _settings(DiscordEndpoints), _settings(DiscordReconnects)
     env = Environment.read()
     configure_logging(settings.log_level)
-    return _run(lambda: run_all(settings, bots, env, endpoints))
+    return _run(lambda: run_all(settings, bots, env, endpoints, reconnects=reconnects))
 
 
 def _bots(args: argparse.Namespace) -> int:
     from aizuchi.run import run_bots
-    from aizuchi.settings import DiscordEndpoints
+    from aizuchi.settings import DiscordEndpoints, DiscordReconnects
     from bots.settings import BotsSettings, Environment
 
     bots, endpoints, env = _settings(BotsSettings), _settings(DiscordEndpoints), Environment.read()
+    reconnects = _settings(DiscordReconnects)
     configure_logging(bots.log_level)
-    return _run(lambda: run_bots(bots, env, endpoints, args.persona or None))
+    return _run(lambda: run_bots(bots, env, endpoints, args.persona or None, reconnects=reconnects))
 
 
 def _personas_check(args: argparse.Namespace) -> int:
@@ -326,7 +328,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # The variables each settings class reads its fields from.
-_PREFIXES = {"ArbiterSettings": "ARBITER_", "BotsSettings": "AIZUCHI_", "DiscordEndpoints": "AIZUCHI_DISCORD_"}
+_PREFIXES = {
+    "ArbiterSettings": "ARBITER_",
+    "BotsSettings": "AIZUCHI_",
+    "DiscordEndpoints": "AIZUCHI_DISCORD_",
+    "DiscordReconnects": "AIZUCHI_DISCORD_RECONNECT_",
+}
 
 
 def describe_settings_error(error: ValidationError) -> str:

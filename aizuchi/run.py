@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from aiohttp import web
 
     from aizuchi.fleet import Fleet
-    from aizuchi.settings import DiscordEndpoints
+    from aizuchi.settings import DiscordEndpoints, DiscordReconnects
     from arbiter.server import Arbiter
     from arbiter.settings import ArbiterSettings
     from bots.persona import Persona
@@ -77,9 +77,12 @@ async def _listen(stack: contextlib.AsyncExitStack, app: web.Application, settin
 
 
 @contextlib.asynccontextmanager
-async def _arbiter_bot(arbiter: Arbiter, settings: ArbiterSettings) -> AsyncIterator[asyncio.Task[None] | None]:
+async def _arbiter_bot(
+    arbiter: Arbiter, settings: ArbiterSettings, reconnects: DiscordReconnects | None
+) -> AsyncIterator[asyncio.Task[None] | None]:
     """The arbiter's own Discord bot, kept connected while the block runs (if it has a token): yields its task,
-    which ends only if Discord turns the bot away for good."""
+    which ends only if Discord turns the bot away for good (or gives it no working session within
+    ``reconnects``)."""
     if settings.discord_token is None:
         yield None
         return
@@ -89,7 +92,8 @@ async def _arbiter_bot(arbiter: Arbiter, settings: ArbiterSettings) -> AsyncIter
     bot = ArbiterBot(arbiter.service, guilds=settings.discord_guilds, moderator_role=settings.moderator_role)
     account = Account("the arbiter's bot", "ARBITER_DISCORD_TOKEN", intents_hint="the Message Content intent")
     token = settings.discord_token.get_secret_value()
-    task = asyncio.create_task(acting_as("arbiter-bot", stay_connected(bot, token, account)))
+    work = stay_connected(bot, token, account, reconnects=reconnects)
+    task = asyncio.create_task(acting_as("arbiter-bot", work))
     try:
         yield task
     finally:
@@ -126,15 +130,18 @@ def _warn_about(settings: ArbiterSettings) -> None:
         _log.warning("no admin token configured (ARBITER_ADMIN_TOKEN): the admin endpoints are off")
 
 
-async def run_arbiter(settings: ArbiterSettings, endpoints: DiscordEndpoints) -> None:
-    """The API, and the arbiter's Discord bot when it has a token, until cancelled or the bot stops for good."""
+async def run_arbiter(
+    settings: ArbiterSettings, endpoints: DiscordEndpoints, *, reconnects: DiscordReconnects | None = None
+) -> None:
+    """The API, and the arbiter's Discord bot when it has a token, until cancelled or the bot stops for good.
+    ``reconnects`` bounds the bots' tries for a working session (None: the defaults)."""
     if settings.discord_token is not None:
         from aizuchi.connection import use_discord
 
         use_discord(endpoints)
     async with contextlib.AsyncExitStack() as stack:
         arbiter = await _open(stack, settings)
-        bot = await stack.enter_async_context(_arbiter_bot(arbiter, settings))
+        bot = await stack.enter_async_context(_arbiter_bot(arbiter, settings, reconnects))
         _warn_about(settings)
         url = await _listen(stack, arbiter.app, settings)
         _say(f"arbiter listening on {url}")
@@ -179,7 +186,12 @@ def _discord_tokens(personas: list[Persona], env: Mapping[str, str]) -> dict[str
 
 
 async def run_bots(
-    bots: BotsSettings, env: Mapping[str, str], endpoints: DiscordEndpoints, only: list[str] | None = None
+    bots: BotsSettings,
+    env: Mapping[str, str],
+    endpoints: DiscordEndpoints,
+    only: list[str] | None = None,
+    *,
+    reconnects: DiscordReconnects | None = None,
 ) -> None:
     """The personas' Discord bots, talking to an arbiter elsewhere (AIZUCHI_ARBITER_URL), until cancelled or
     every one of them has stopped for good."""
@@ -191,7 +203,13 @@ async def run_bots(
 
     use_discord(endpoints)
     await _discord_personas(
-        bots, cast, env=env, tokens=tokens, discord_tokens=discord_tokens, arbiter_url=bots.arbiter_url
+        bots,
+        cast,
+        env=env,
+        tokens=tokens,
+        discord_tokens=discord_tokens,
+        arbiter_url=bots.arbiter_url,
+        reconnects=reconnects,
     )
 
 
@@ -203,6 +221,7 @@ async def _discord_personas(
     tokens: Mapping[str, str],
     discord_tokens: Mapping[str, str],
     arbiter_url: str,
+    reconnects: DiscordReconnects | None,
 ) -> None:
     """Every persona that has a Discord token, on Discord, until cancelled; raises FleetStopped once all of them
     have stopped for good. One that stops alone is logged, and the others go on."""
@@ -229,7 +248,7 @@ async def _discord_personas(
             client = clients[persona.id]
             client.runtime = fleet.runtimes[persona.id]
             account = Account(f"{persona.id}'s bot", persona.discord_token_env or "its token variable")
-            work = stay_connected(client, discord_tokens[persona.id], account)
+            work = stay_connected(client, discord_tokens[persona.id], account, reconnects=reconnects)
             tasks[asyncio.create_task(acting_as(persona.id, work))] = persona
         try:
             reasons = await _until_all_stop(tasks, fleet)
@@ -324,7 +343,12 @@ async def run_room(settings: ArbiterSettings, bots: BotsSettings, env: Mapping[s
 
 
 async def run_all(
-    settings: ArbiterSettings, bots: BotsSettings, env: Mapping[str, str], endpoints: DiscordEndpoints
+    settings: ArbiterSettings,
+    bots: BotsSettings,
+    env: Mapping[str, str],
+    endpoints: DiscordEndpoints,
+    *,
+    reconnects: DiscordReconnects | None = None,
 ) -> None:
     """Everything in one process: on Discord when the arbiter has a token, otherwise the local room."""
     if settings.discord_token is None:
@@ -339,13 +363,21 @@ async def run_all(
     use_discord(endpoints)
     async with contextlib.AsyncExitStack() as stack:
         arbiter = await _open(stack, settings, extra_personas=generated)
-        bot = await stack.enter_async_context(_arbiter_bot(arbiter, settings))
+        bot = await stack.enter_async_context(_arbiter_bot(arbiter, settings, reconnects))
         url = await _listen(stack, arbiter.app, settings)
         _say(f"arbiter listening on {url}; the fleet is on Discord (Ctrl-C stops)")
         if (notice := offline_notice(cast)) is not None:
             _log.info("%s", notice)
         personas = asyncio.create_task(
-            _discord_personas(bots, cast, env=env, tokens=tokens, discord_tokens=discord_tokens, arbiter_url=url)
+            _discord_personas(
+                bots,
+                cast,
+                env=env,
+                tokens=tokens,
+                discord_tokens=discord_tokens,
+                arbiter_url=url,
+                reconnects=reconnects,
+            )
         )
         # Stopped before the arbiter closes, so the claims the personas hold are given back to it.
         stack.push_async_callback(_cancelled, personas)

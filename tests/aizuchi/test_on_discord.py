@@ -4,14 +4,16 @@ the settings for a Discord-compatible server).
 
 The fleet comes up and answers; a refused token, a missing intent or refused slash commands end it with one
 line and a failing status; once running it never runs deaf (the arbiter's bot turned away, or every persona
-bot, ends it; an event discord.py chokes on only costs a reconnect); SIGTERM stops it without an error; a
-persona that may not post warns once and asks no model; what was said while it was down is caught up.
+bot, ends it; an event discord.py chokes on only costs a reconnect, but a server on which every new session
+fails ends it after a few tries); SIGTERM stops it without an error; a persona that may not post warns once and
+asks no model; what was said while it was down is caught up.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -282,3 +284,35 @@ async def test_what_was_said_while_the_fleet_was_down_is_in_the_history_once_in_
             assert await fleet.stop() == 0
 
         assert [m["platform_message_id"] for m in caught_up] == [str(m.id) for m in missed]
+
+
+async def test_a_server_on_which_no_session_of_the_arbiter_bot_works_ends_the_fleet_with_one_line(
+    tmp_path: Path, fake: FakeDiscord, world: World
+) -> None:
+    """As on Spacebar with discord.py 2.7.1: every READY lacks ``shard``, which the sharded client needs. The fleet
+    does not reconnect forever, deaf: after its tries (each after discord.py's 5 s and the back-off) it ends."""
+    fake.ready_without(world.arbiter, "shard")
+    write_dotenv(
+        tmp_path,
+        fake,
+        world,
+        AIZUCHI_PERSONAS="rin",
+        AIZUCHI_DISCORD_RECONNECT_TRIES=2,
+        AIZUCHI_DISCORD_RECONNECT_WITHIN_S=20,
+        AIZUCHI_DISCORD_RECONNECT_BACKOFF_S=0.1,
+    )
+    async with Aizuchi.start(tmp_path, "run") as fleet:
+        status = await fleet.ended(within=40.0)
+
+    assert status == 1
+    assert re.fullmatch(
+        r"aizuchi: the arbiter's bot could not get a working session from the server at 127\.0\.0\.1:\d+ after 2"
+        r" tries in \d+\.\d s: every READY lacked 'shard' \(KeyError\) - is this a Discord-compatible server"
+        r" discord\.py [\d.]+ supports\?",
+        fleet.lines["stderr"][-1],
+    ), fleet.stderr
+    assert world.arbiter.identified == 2
+    assert len(fleet.matching(r"the arbiter's bot lost Discord \(KeyError: 'shard'\); connecting again")) == 1
+    assert "Traceback" not in fleet.stderr
+    assert not fake.connected(world.arbiter)
+    assert not fake.connected(world.personas["rin"])
