@@ -8,14 +8,20 @@ clock (tests.conftest's ``arbiter``): the status's refund countdown and today's 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
+import logging
 import re
+import sqlite3
 from typing import TYPE_CHECKING, Any
 
 import discord
 import pytest
+from discord import app_commands
 
 from arbiter.contract import Tier
+from arbiter.core.models import SETTING_BOUNDS, SETTINGS
+from arbiter.discord_bot.commands import NOT_SET_UP
 from tests.discord.conftest import arbiter_bot
 from tests.support.fake_discord import InteractionNotAnswered, InvalidInvocation, running
 
@@ -318,6 +324,28 @@ def test_the_commands_are_registered_for_the_guild_with_a_moderators_default(wor
     assert world.fake.registered(world.arbiter) == []  # nothing global: guild commands show up at once
 
 
+# Each number option and the setting it sets: Discord's client holds it to the bounds the setting is declared with.
+BOUNDED = {
+    ("capacity", "value"): "capacity",
+    ("recovery", "seconds"): "recovery_s",
+    ("tier", "cost"): "cost",
+    ("tier", "length"): "max_length",
+    ("idle-cap", "turns"): "idle_cap",
+    ("budget", "tokens"): "daily_token_budget",
+}
+
+
+def test_each_number_is_registered_with_its_settings_declared_bounds(world: World) -> None:
+    [group] = world.fake.registered(world.arbiter, world.guild)
+    options = {(sub["name"], option["name"]): option for sub in group["options"] for option in sub.get("options", [])}
+
+    numbers = {key: (o.get("min_value"), o.get("max_value")) for key, o in options.items() if o["type"] in (4, 10)}
+
+    assert numbers == {key: (SETTING_BOUNDS[name].low, SETTING_BOUNDS[name].high) for key, name in BOUNDED.items()}
+    [topic] = [declared for declared in SETTINGS if declared.name == "topic"]
+    assert options["topic", "text"]["max_length"] == topic.setting.longest
+
+
 @pytest.mark.parametrize("who", ["mod", "deckhand"])
 async def test_a_moderator_by_permission_or_by_role_is_allowed(
     arbiter: Arbiter, world: World, lounge: str, who: str
@@ -379,61 +407,176 @@ async def test_without_a_moderator_role_only_manage_channels_counts(
 # --- invalid values -----------------------------------------------------------------------------------------
 
 
+def no_error_logged(caplog: pytest.LogCaptureFixture) -> bool:
+    """Bad input is the moderator's to fix, not a bug: nothing at ERROR, no traceback."""
+    return not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
 @pytest.mark.parametrize(
-    ("command", "options", "says", "validate"),
+    ("command", "options", "says"),
     [
-        pytest.param("capacity", {"value": 0}, "capacity must be between 1", True, id="capacity-zero"),
+        pytest.param("capacity", {"value": 70}, "long costs 80, more than the capacity 70", id="capacity-below-a-tier"),
         pytest.param(
-            "capacity", {"value": 70}, "long costs 80, more than the capacity 70", True, id="capacity-below-a-tier"
+            "tier", {"tier": "remark", "cost": 2}, "remark must cost at least as much as aizuchi", id="tier-order"
         ),
-        pytest.param("capacity", {"value": 2_000_000}, "capacity must be between", True, id="capacity-huge"),
-        pytest.param("recovery", {"seconds": -1}, "recovery_s must be between 0", True, id="recovery-negative"),
-        pytest.param(
-            "recovery", {"seconds": 4000, "tier": "remark"}, "recovery_s must be", True, id="recovery-too-long"
-        ),
-        pytest.param(
-            "tier", {"tier": "remark", "cost": 0}, "tiers.remark.cost must be between 1", True, id="cost-zero"
-        ),
-        pytest.param(
-            "tier", {"tier": "remark", "cost": 2}, "remark must cost at least as much as aizuchi", True, id="order"
-        ),
-        pytest.param(
-            "tier", {"tier": "long", "length": 5000}, "max_length must be between", True, id="length-too-long"
-        ),
-        pytest.param("tier", {"tier": "long"}, "Give a cost, a length or both.", True, id="tier-without-values"),
-        pytest.param("idle-cap", {"turns": 0}, "idle_cap must be between 1", True, id="idle-cap-zero"),
-        pytest.param("budget", {"tokens": -5}, "daily_token_budget must be between 0", True, id="budget-negative"),
-        pytest.param("topic", {"text": "x" * 301}, "topic is longer than 300", True, id="topic-too-long"),
-        pytest.param(
-            "persona", {"persona": "zed", "action": "mute"}, "No persona 'zed' here", True, id="unknown-persona"
-        ),
-        pytest.param("tier", {"tier": "huge", "cost": 70}, "unknown tier 'huge'", False, id="stale-client-tier"),
-        pytest.param("capacity", {"value": "lots"}, "capacity must be a number", False, id="stale-client-type"),
+        pytest.param("tier", {"tier": "long"}, "Give a cost, a length or both.", id="tier-without-values"),
+        pytest.param("persona", {"persona": "zed", "action": "mute"}, "No persona 'zed' here", id="unknown-persona"),
     ],
 )
-async def test_an_invalid_value_is_refused_and_nothing_changes(
-    *, arbiter: Arbiter, world: World, lounge: str, command: str, options: dict[str, Any], says: str, validate: bool
+async def test_a_value_the_arbiter_refuses_is_refused_and_nothing_changes(
+    *,
+    arbiter: Arbiter,
+    world: World,
+    lounge: str,
+    command: str,
+    options: dict[str, Any],
+    says: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     before = await settings_of(arbiter, world)
 
-    # validate=False: values only a Discord client with an outdated registration could send.
-    result = await run(world, world.mod, command, options, validate=validate)
+    result = await run(world, world.mod, command, options)
 
     assert result.ephemeral
     assert result.content is not None and says in result.content
     assert await settings_of(arbiter, world) == before
+    assert no_error_logged(caplog)
 
 
-async def test_a_command_in_a_channel_without_the_fleet_changes_nothing(arbiter: Arbiter, world: World) -> None:
-    for command, options in (
+WHOLE_CAPACITY = "value must be a whole number from 1 to 1,000,000"
+SECONDS = "seconds must be a number from 0 to 3,600"
+TIERS = "tier must be one of aizuchi, remark, long"
+
+
+@pytest.mark.parametrize(
+    ("command", "options", "reply"),
+    [
+        # Outside the choices.
+        pytest.param("tier", {"tier": "huge", "cost": 70}, f"{TIERS} (got 'huge')", id="tier-choice"),
+        pytest.param("recovery", {"seconds": 3, "tier": "xyz"}, f"{TIERS} (got 'xyz')", id="recovery-tier-choice"),
+        pytest.param(
+            "persona",
+            {"persona": "kai", "action": "explode"},
+            "action must be one of enable, disable, mute, unmute (got 'explode')",
+            id="persona-action-choice",
+        ),
+        # Outside the range.
+        pytest.param("capacity", {"value": -5}, f"{WHOLE_CAPACITY} (got -5)", id="capacity-negative"),
+        pytest.param("capacity", {"value": 0}, f"{WHOLE_CAPACITY} (got 0)", id="capacity-zero"),
+        pytest.param("capacity", {"value": 10**12}, f"{WHOLE_CAPACITY} (got 1000000000000)", id="capacity-huge"),
+        pytest.param("recovery", {"seconds": -1}, f"{SECONDS} (got -1)", id="recovery-negative"),
+        pytest.param("recovery", {"seconds": 4000.5, "tier": "remark"}, f"{SECONDS} (got 4000.5)", id="recovery-long"),
+        pytest.param(
+            "tier",
+            {"tier": "remark", "cost": 0},
+            "cost must be a whole number from 1 to 1,000,000 (got 0)",
+            id="tier-cost-zero",
+        ),
+        pytest.param(
+            "tier",
+            {"tier": "long", "length": 5000},
+            "length must be a whole number from 1 to 2,000 (got 5000)",
+            id="tier-length-too-long",
+        ),
+        pytest.param(
+            "idle-cap", {"turns": 0}, "turns must be a whole number from 1 to 1,000 (got 0)", id="idle-cap-zero"
+        ),
+        pytest.param(
+            "budget",
+            {"tokens": -5},
+            "tokens must be a whole number from 0 to 10,000,000,000 (got -5)",
+            id="budget-negative",
+        ),
+        pytest.param(
+            "topic", {"text": "x" * 301}, f"text must be at most 300 characters long (got '{'x' * 38}…)", id="topic"
+        ),
+        # Not a finite number.
+        pytest.param("recovery", {"seconds": float("nan")}, f"{SECONDS} (got nan)", id="recovery-nan"),
+        pytest.param("recovery", {"seconds": float("inf")}, f"{SECONDS} (got inf)", id="recovery-inf"),
+        pytest.param("recovery", {"seconds": "nan"}, f"{SECONDS} (got 'nan')", id="recovery-nan-as-text"),
+        pytest.param("recovery", {"seconds": "-inf"}, f"{SECONDS} (got '-inf')", id="recovery-inf-as-text"),
+        # Of the wrong type.
+        pytest.param("capacity", {"value": "150"}, f"{WHOLE_CAPACITY} (got '150')", id="integer-as-text"),
+        pytest.param("capacity", {"value": "lots"}, f"{WHOLE_CAPACITY} (got 'lots')", id="integer-as-a-word"),
+        pytest.param("capacity", {"value": 150.5}, f"{WHOLE_CAPACITY} (got 150.5)", id="integer-as-a-fraction"),
+        pytest.param("capacity", {"value": True}, f"{WHOLE_CAPACITY} (got True)", id="integer-as-a-boolean"),
+        pytest.param("recovery", {"seconds": "lots"}, f"{SECONDS} (got 'lots')", id="number-as-a-word"),
+        pytest.param("tier", {"tier": 1, "cost": 70}, f"{TIERS} (got 1)", id="choice-as-a-number"),
+        pytest.param("topic", {"text": 42}, "text must be at most 300 characters long (got 42)", id="text-as-number"),
+        pytest.param("memory", {"reset": "yes"}, "reset must be true or false (got 'yes')", id="boolean-as-text"),
+        # Not the command's options.
+        pytest.param(
+            "tier",
+            {"tier": "remark", "price": 5},
+            "/aizuchi tier has no option 'price' (it takes tier, cost, length)",
+            id="unknown-option",
+        ),
+        pytest.param("capacity", {}, "value is required: a whole number from 1 to 1,000,000", id="missing-option"),
+    ],
+)
+async def test_a_value_the_registration_does_not_allow_gets_one_clear_reply_and_changes_nothing(
+    *,
+    arbiter: Arbiter,
+    world: World,
+    lounge: str,
+    command: str,
+    options: dict[str, Any],
+    reply: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    await arbiter.service.register_persona("kai", "kai")
+    await _noted(arbiter, lounge, "kai", "dinner")
+    before = await settings_of(arbiter, world), (await arbiter.service.memories(lounge)).memories
+
+    # validate=False: what a server that does not enforce the registration (or an outdated client) lets through.
+    result = await run(world, world.mod, command, options, validate=False)
+
+    assert result.ephemeral
+    assert result.content == f"Not changed: {reply}."
+    assert (await settings_of(arbiter, world), (await arbiter.service.memories(lounge)).memories) == before
+    assert no_error_logged(caplog)
+
+
+async def test_a_subcommand_the_arbiter_does_not_have_gets_one_clear_reply(
+    arbiter: Arbiter, world: World, lounge: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    before = await settings_of(arbiter, world)
+
+    result = await run(world, world.mod, "explode", {"loudly": True}, validate=False)
+
+    assert result.ephemeral
+    assert result.content == "Not changed: that is not one of the /aizuchi commands of this arbiter."
+    assert await settings_of(arbiter, world) == before
+    assert no_error_logged(caplog)
+
+
+@pytest.mark.parametrize(
+    ("command", "options"),
+    [
+        ("status", {}),
+        ("disable", {}),
         ("pause", {}),
+        ("resume", {}),
         ("capacity", {"value": 120}),
+        ("recovery", {"seconds": 2}),
+        ("tier", {"tier": "remark", "cost": 40}),
+        ("idle-cap", {"turns": 4}),
+        ("budget", {"tokens": 1000}),
+        ("topic", {"text": "tea"}),
         ("persona", {"persona": "kai", "action": "mute"}),
-    ):
-        result = await run(world, world.mod, command, options)
-        assert result.ephemeral and result.content is not None and "/aizuchi enable" in result.content
+        ("memory", {}),
+        ("memory", {"reset": True}),
+        ("clear-history", {"confirm": "lounge"}),
+    ],
+)
+async def test_every_command_in_a_channel_without_the_fleet_says_how_to_enable_it(
+    arbiter: Arbiter, world: World, command: str, options: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    result = await run(world, world.mod, command, options)
 
+    assert result.ephemeral and result.content == NOT_SET_UP
     assert (await arbiter.service.channels()).channels == []
+    assert no_error_logged(caplog)
 
 
 async def test_the_persona_option_suggests_matching_personas(arbiter: Arbiter, world: World, lounge: str) -> None:
@@ -462,18 +605,40 @@ async def test_the_commands_answers_reach_no_one_else(world: World, lounge: str)
     assert not any(re.search(r"<@|@everyone|@here", result.content or "") for result in results)
 
 
-async def test_a_command_that_fails_gets_an_apology_and_changes_nothing(
-    arbiter: Arbiter, world: World, lounge: str, caplog: pytest.LogCaptureFixture
+async def test_a_refusal_of_the_database_is_said_with_its_message(
+    arbiter: Arbiter, world: World, sqlite_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    before = await settings_of(arbiter, world)
+    # A real refusal, from the database itself (as a full disk would): `enable` catches nothing of the service's.
+    with contextlib.closing(sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), timeout=5)) as conn:
+        conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON channels BEGIN SELECT RAISE(ABORT, 'disk on fire'); END")
+        conn.commit()
 
-    # A Discord client with an outdated registration sends an action the command does not know.
-    result = await run(world, world.mod, "persona", {"persona": "kai", "action": "explode"}, validate=False)
+    result = await run(world, world.mod, "enable")
+
+    assert result.ephemeral
+    assert result.content == "Not changed: database error: IntegrityError"
+    assert (await arbiter.service.channels()).channels == []
+    # The storage layer reports the database's failure; the command adds no traceback of its own.
+    assert not [r for r in caplog.records if r.name.startswith("arbiter.discord_bot") and r.levelno >= logging.ERROR]
+
+
+async def test_a_command_with_a_bug_gets_an_apology_and_one_traceback_in_the_log(
+    world: World, lounge: str, bot: ArbiterBot, caplog: pytest.LogCaptureFixture
+) -> None:
+    @app_commands.command(name="broken", description="A command with a bug")
+    async def broken(interaction: discord.Interaction) -> None:
+        raise RuntimeError("a bug")
+
+    guild = discord.Object(world.guild.id)
+    bot.tree.add_command(broken, guild=guild)
+    await bot.tree.sync(guild=guild)
+
+    result = await world.fake.invoke(world.mod, world.lounge, "broken")
 
     assert result.ephemeral
     assert result.content == "Something went wrong on the arbiter's side; nothing was changed. Try again in a moment."
-    assert await settings_of(arbiter, world) == before
-    assert any(record.message == "slash command failed" and record.exc_info for record in caplog.records)
+    [logged] = [record for record in caplog.records if record.exc_info]
+    assert logged.message == "slash command failed" and logged.levelno == logging.ERROR
 
 
 async def test_an_answer_discord_did_not_take_does_not_claim_nothing_changed(
