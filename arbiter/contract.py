@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 from arbiter.core.text import display_length, estimate_tokens, trim_to_length
 
 __all__ = (
+    "DISCORD_SPEECH_TYPES",
     "EVENT_MODELS",
     "FROM_THE_ARBITER",
     "MAX_MEMORY_TOKENS",
@@ -119,6 +120,14 @@ __all__ = (
     "parse_stream_frame",
     "trim_to_length",
 )
+
+
+DISCORD_SPEECH_TYPES = frozenset({0, 19, 20, 23})
+"""The Discord message types that are somebody speaking: a message (0), a reply (19), and a bot's answer to a slash
+command or a context menu (20, 23). The arbiter records only these, and only these are answered; every other type is
+a notice Discord writes itself when something happens (a pin, a member joining, a thread created, a boost, a call, a
+channel renamed, a thread's starter message, a poll's result...). Part of the contract because the personas' own
+accounts see the channel's messages too, and wait for the arbiter to have recorded the same ones."""
 
 
 def _whole_number(value: Any) -> Any:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import discord
 
+from arbiter.contract import DISCORD_SPEECH_TYPES
 from arbiter.core.errors import ArbiterError, NotFound
 from arbiter.core.limits import MAX_TEXT_LENGTH
 from arbiter.core.models import AuthorKind
@@ -138,8 +139,14 @@ class ArbiterBot(discord.AutoShardedClient):
             return False
 
     def _observable(self, message: discord.Message) -> bool:
-        """A message of a server channel, not the arbiter's own."""
-        return message.guild is not None and self.user is not None and message.author.id != self.user.id
+        """Somebody speaking in a server channel: not the arbiter itself, and not a notice Discord wrote (a pin, a
+        member joining, a thread created...: see ``DISCORD_SPEECH_TYPES``), which nobody said and nobody answers."""
+        return (
+            message.guild is not None
+            and self.user is not None
+            and message.author.id != self.user.id
+            and message.type.value in DISCORD_SPEECH_TYPES
+        )
 
     async def on_message(self, message: discord.Message) -> None:
         if not self._observable(message):

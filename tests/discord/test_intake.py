@@ -218,6 +218,47 @@ async def test_changes_to_messages_the_arbiter_never_recorded_are_ignored(
 
 # --- what is not recorded -----------------------------------------------------------------------------------
 
+# Notices Discord writes itself (discord.MessageType), with the content it gives them.
+NOTICES = {
+    "a pin": (6, ""),
+    "a member joining": (7, ""),
+    "a boost": (8, ""),
+    "a call": (3, ""),
+    "a channel renamed": (4, "lounge-2"),
+    "a thread created": (18, "plans for friday"),
+    "a thread's starter message": (21, ""),
+    "a poll's result": (46, ""),
+    "an automod alert": (24, ""),
+}
+
+
+@pytest.mark.parametrize("notice", NOTICES)
+async def test_a_notice_discord_writes_is_not_speech(arbiter: Arbiter, world: World, lounge: str, notice: str) -> None:
+    kind, content = NOTICES[notice]
+    said = await world.fake.human_says(world.lounge, world.member, "look at this")
+    await world.fake.system_message(world.lounge, world.mod, kind, content=content, about=said)
+    reply = await world.fake.human_says(world.lounge, world.mod, "nice", reply_to=said)
+    await barrier(arbiter, world, lounge)
+
+    assert ids(await history(arbiter, lounge))[:2] == [str(said.id), str(reply.id)]
+    assert len(await history(arbiter, lounge)) == 3
+
+
+async def test_notices_said_while_the_arbiter_was_away_are_not_read_back(
+    arbiter: Arbiter, world: World, lounge: str
+) -> None:
+    await world.fake.human_says(world.lounge, world.member, "before")
+    await recorded(arbiter, lounge, 1)
+
+    await world.fake.drop(world.arbiter, code=1001)  # a new session: what it missed is read back from the channel
+    said = await world.fake.human_says(world.lounge, world.member, "pin this")
+    for kind, content in NOTICES.values():
+        await world.fake.system_message(world.lounge, world.mod, kind, content=content, about=said)
+    await world.fake.wait_connected(world.arbiter)
+    await barrier(arbiter, world, lounge)
+
+    assert [m.text for m in await history(arbiter, lounge)] == ["before", "pin this", "(anyone here?)"]
+
 
 async def test_a_channel_without_the_fleet_is_not_recorded(arbiter: Arbiter, world: World, lounge: str) -> None:
     await world.fake.human_says(world.backroom, world.member, "just us here")
