@@ -90,14 +90,16 @@ class ChannelAdministration(ServiceCore):
         return view
 
     async def clear_history(self, channel_id: str) -> int:
-        """Delete the channel's messages and what the personas remembered of them (settings and the spend ledger
-        stay). Returns how many messages were deleted."""
+        """Delete the channel's messages and what the personas remembered of them (settings and the spent turns
+        stay; claims under way are closed and refunded, see ``rules.clear_history``). Returns how many messages were
+        deleted."""
 
         def step(tx: WriteTx, state: ChannelState) -> int:
             deleted = tx.delete_history(channel_id)
             transition = rules.clear_history(state, tx.now())
             tx.replace_state(transition.state)
             tx.emit(wire.ClearedEvent(channel_id=channel_id, last_seq=state.last_seq))
+            self._commit(tx, state, transition)  # the claims it closed, heard of after the clear
             # What the personas remembered of it goes with it.
             forgotten = repo.delete_memories(tx.conn, channel_id)
             tx.emit(*(wire.MemoryEvent(channel_id=channel_id, persona=pid, memory=None) for pid in forgotten))

@@ -7,7 +7,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from arbiter import contract as wire
-from arbiter.core.errors import InvalidRequest
+from arbiter.core.errors import ConflictError, InvalidRequest
 from arbiter.core.models import Memory
 from arbiter.service_core import ServiceCore
 from arbiter.storage import repository as repo
@@ -29,6 +29,18 @@ class PersonaMemory(ServiceCore):
         if update is not None and update.seq > state.last_seq:
             raise InvalidRequest(
                 f"memory.seq {update.seq} is ahead of the history (last seq {state.last_seq})", field="memory.seq"
+            )
+
+    @staticmethod
+    def _check_not_cleared(state: ChannelState, update: wire.MemoryUpdate | None) -> None:
+        """Refuse notes on a conversation cleared since: they would bring back what a moderator had forgotten
+        (before anything is applied)."""
+        if update is not None and 0 < update.seq <= state.cleared_seq:
+            raise ConflictError(
+                f"memory.seq {update.seq} is about a history cleared since (up to seq {state.cleared_seq}); notes on it"
+                " are not kept",
+                field="memory.seq",
+                code="history_cleared",
             )
 
     def _store_memory(self, tx: WriteTx, channel_id: str, persona_id: str, update: wire.MemoryUpdate | None) -> None:

@@ -126,8 +126,11 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
             transition = rules.speak(
                 state, self.registry.author(persona_id), claim_id, text, now, tier=tier, based_on_seq=based_on_seq
             )
+            granted = isinstance(transition.outcome, rules.SpeechGranted)
+            if granted:
+                self._check_not_cleared(state, memory)  # (a refused speech keeps no notes: the refusal says why)
             self._commit(tx, state, transition)
-            if isinstance(transition.outcome, rules.SpeechGranted):
+            if granted:
                 self._store_memory(tx, channel_id, persona_id, memory)
             return speak_result(transition.state, now, transition.outcome)
 
@@ -157,6 +160,7 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
         def step(tx: WriteTx, state: ChannelState) -> wire.ReleaseResult:
             now = tx.now()
             self._check_memory(state, memory)
+            self._check_not_cleared(state, memory)
             transition = rules.release(state, persona_id, claim_id, now)
             self._commit(tx, state, transition)
             self._store_memory(tx, channel_id, persona_id, memory)

@@ -67,6 +67,7 @@ class SpendState(enum.StrEnum):
     SPOKEN = "spoken"
     RELEASED = "released"
     RETRACTED = "retracted"  # granted, but the platform post failed
+    CLEARED = "cleared"  # a claim closed when the history was cleared: refunded, and its speech refused as stale
 
 
 class RefusalReason(enum.StrEnum):
@@ -273,6 +274,9 @@ class ChannelState:
     # When the fleet was last enabled here or the history cleared: what was said on the platform before then is
     # not part of the history, so a catch-up after a restart reads nothing older. None: no such moment is known.
     history_since: float | None = None
+    # The last seq of the history cleared last (0: never cleared). What was said up to it is gone: nothing may be based
+    # on it any more (a remark written against it, notes taking it in).
+    cleared_seq: int = 0
 
     @property
     def latest_is_nod(self) -> bool:

@@ -191,6 +191,12 @@ def _check_based_on(state: ChannelState, based_on_seq: int | None) -> None:
 def _stale(state: ChannelState, based_on_seq: int | None, tier: Tier) -> Refusal | None:
     if based_on_seq is None:
         return None
+    if 0 < based_on_seq <= state.cleared_seq:
+        return Refusal(
+            RefusalReason.STALE,
+            f"the history up to seq {state.cleared_seq} was cleared; seq {based_on_seq} is gone",
+            retry_after=0.0,
+        )
     if tier is Tier.AIZUCHI:
         # A nod is about the latest message: once anything was said after it, it would nod at the wrong thing.
         # (Counted from what is still in the history: a message retracted or deleted since does not count.)
@@ -549,8 +555,11 @@ def speak(
     tier: Tier | None = None,
     based_on_seq: int | None = None,
 ) -> Transition:
-    """Turn a claim into a message, in its tier or a cheaper one; the difference is refunded at once."""
+    """Turn a claim into a message, in its tier or a cheaper one; the difference is refunded at once. A claim the
+    history was cleared under is refused as stale: what it was for is gone."""
     held = _own_claim(state, author.id, claim_id)
+    if held.state is SpendState.CLEARED:
+        return Transition(state, Refusal(RefusalReason.STALE, f"the history was cleared under claim {claim_id}"))
     if held.state is not SpendState.HELD:
         raise ConflictError(f"claim {claim_id} was already {held.state}", field="claim_id", code="claim_closed")
     tier = held.tier if tier is None else tier
@@ -572,12 +581,13 @@ def speak(
 
 
 def release(state: ChannelState, persona_id: str, claim_id: str, now: float) -> Transition:
-    """Give a claim back (the persona passes): full refund at once. Releasing twice is harmless.
+    """Give a claim back (the persona passes): full refund at once. Releasing twice is harmless, and so is releasing a
+    claim the history was cleared under (it was given back then).
 
     An addressed persona's pass is a try: its second pass gives the floor up, so the others may answer.
     """
     held = _own_claim(state, persona_id, claim_id)
-    if held.state is SpendState.RELEASED:
+    if held.state in (SpendState.RELEASED, SpendState.CLEARED):
         return Transition(state, Released(held))
     if held.state is not SpendState.HELD:
         raise ConflictError(f"claim {claim_id} was already {held.state}", field="claim_id", code="claim_closed")
@@ -727,10 +737,20 @@ def record_usage(state: ChannelState, tokens: int, now: float) -> Transition:
 
 def clear_history(state: ChannelState, now: float) -> Transition:
     """Forget the conversation, not the sequence: new messages keep counting up, so no seq is reused. What was
-    said on the platform before ``now`` stays forgotten: a catch-up after a restart does not read it back."""
+    said on the platform before ``now`` stays forgotten: a catch-up after a restart does not read it back.
+
+    What was under way about it ends too: every live claim is closed, its cost back in the pool at once (its speech
+    would answer a conversation that is gone: ``speak`` refuses it as stale), and nothing may be based on the cleared
+    seqs any more (``cleared_seq``)."""
+    cleared, closed = state, []
+    for claim in state.claims:
+        if claim.held(now):
+            ended = replace(claim, state=SpendState.CLEARED, refund_at=now)
+            cleared = _with_spend(cleared, ended, claim)
+            closed.append(ended)
     return Transition(
         replace(
-            state,
+            cleared,
             bot_streak=0,
             last_human_at=None,
             priority=None,
@@ -738,5 +758,7 @@ def clear_history(state: ChannelState, now: float) -> Transition:
             recent_said=(),
             last_human_seq=state.last_seq,
             history_since=now,
-        )
+            cleared_seq=state.last_seq,
+        ),
+        changed_spends=tuple(closed),
     )

@@ -52,11 +52,11 @@ WITH saved AS (
         version = c.version + 1, last_seq = u.last_seq, bot_streak = u.bot_streak, last_human_seq = u.last_human_seq,
         last_human_at = u.last_human_at, priority = u.priority, recent_substantive = u.recent_substantive,
         recent_said = u.recent_said, tokens_day = u.tokens_day, tokens_used = u.tokens_used,
-        history_since = u.history_since, updated_at = u.updated_at
+        history_since = u.history_since, cleared_seq = u.cleared_seq, updated_at = u.updated_at
     FROM json_to_recordset($1::json) AS u(
         id varchar, version bigint, last_seq bigint, bot_streak int, last_human_seq bigint, last_human_at float8,
         priority json, recent_substantive json, recent_said json, tokens_day int, tokens_used bigint,
-        history_since float8, updated_at float8
+        history_since float8, cleared_seq bigint, updated_at float8
     )
     WHERE c.id = u.id AND c.version = u.version
     RETURNING c.id

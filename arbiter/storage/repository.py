@@ -114,6 +114,7 @@ _STATE_COLUMNS = (
     "tokens_day",
     "tokens_used",
     "history_since",
+    "cleared_seq",
     "updated_at",
 )
 _SETTINGS_COLUMNS = (*(declared.name for declared in SETTINGS), "tiers", "personas")
@@ -250,6 +251,7 @@ def state_columns(state: ChannelState) -> dict[str, Any]:
         "tokens_day": state.tokens_day,
         "tokens_used": state.tokens_used,
         "history_since": state.history_since,
+        "cleared_seq": state.cleared_seq,
     }
 
 
@@ -461,6 +463,7 @@ def _state_from(row: Row[Any], channel_spends: Iterable[Spend]) -> ChannelState:
         tokens_day=row.tokens_day,
         tokens_used=row.tokens_used,
         history_since=row.history_since,
+        cleared_seq=row.cleared_seq,
     )
 
 

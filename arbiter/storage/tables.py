@@ -64,6 +64,7 @@ class ChannelRow(Base):
     # One more with every write of the row or of the channel's spends (all under the row lock): a process that
     # kept the channel's state in memory reuses it while the version it read under the lock is the one it wrote.
     version: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    cleared_seq: Mapped[int] = mapped_column(BigInteger, server_default="0")  # see ChannelState.cleared_seq
 
 
 class SpendRow(Base):

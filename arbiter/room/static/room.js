@@ -709,7 +709,7 @@
         break;
       case "claim": {
         const claim = event.claim;
-        const what = { held: "thinking", spoken: "spoke", released: "passed", retracted: "waiting" }[claim.state];
+        const what = { held: "thinking", spoken: "spoke", released: "passed", retracted: "waiting", cleared: "waiting" }[claim.state];
         if (what) setActivity(claim.persona, what);
         break;
       }

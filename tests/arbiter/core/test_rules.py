@@ -1548,8 +1548,49 @@ def test_clear_history_forgets_the_conversation_but_not_the_sequence() -> None:
     assert cleared.recent_said == ()
     assert cleared.last_seq == 3
     assert cleared.history_since == T0 + 2  # a catch-up after a restart reads nothing said before
-    state, granted = say(cleared, HANA, Tier.AIZUCHI, T0 + 2, based_on_seq=3)
+    assert cleared.cleared_seq == 3
+    state, granted = say(cleared, HANA, Tier.AIZUCHI, T0 + 2)
     assert granted.message.seq == 4
+
+
+def test_clearing_the_history_closes_the_claims_under_way_and_refunds_them() -> None:
+    state = hear(channel(capacity=200), T0)
+    state, kai = hold(state, "kai", Tier.REMARK, T0, based_on_seq=1)
+    state, mio = hold(state, "mio", Tier.LONG, T0, based_on_seq=1)
+    assert rules.level(state, T0 + 1) == 60
+
+    transition = rules.clear_history(state, T0 + 1)
+
+    closed = {spend.id: spend for spend in transition.changed_spends}
+    assert set(closed) == {kai.id, mio.id}
+    assert {spend.state for spend in closed.values()} == {SpendState.CLEARED}
+    assert rules.level(transition.state, T0 + 1) == 200
+    assert not [claim for claim in transition.state.claims if claim.held(T0 + 1)]
+
+
+def test_a_claim_taken_before_a_clear_is_refused_as_stale_and_its_release_changes_nothing() -> None:
+    state = hear(channel(), T0)
+    state, held = hold(state, "kai", Tier.REMARK, T0, based_on_seq=1)
+    cleared = rules.clear_history(state, T0 + 1).state
+    cleared = hear(cleared, T0 + 2, text="a new start")
+
+    spoken = rules.speak(cleared, KAI, held.id, "about what was cleared", T0 + 3, based_on_seq=1)
+    assert refusal(spoken).reason is R.STALE
+    assert spoken.state == cleared
+    released = rules.release(cleared, "kai", held.id, T0 + 3)
+    assert isinstance(released.outcome, Released) and not released.changed
+
+
+@pytest.mark.parametrize("tier", list(Tier))
+def test_nothing_may_be_based_on_a_cleared_message(tier: Tier) -> None:
+    state = hear(hear(channel(), T0), T0, text="more")
+    cleared = hear(rules.clear_history(state, T0 + 1).state, T0 + 2, text="a new start")
+
+    for based_on in (1, 2):
+        assert refusal(_consume(cleared, tier, T0 + 3, based_on_seq=based_on)).reason is R.STALE
+        claimed = rules.claim(cleared, "kai", tier, T0 + 3, claim_id="c-x", based_on_seq=based_on)
+        assert refusal(claimed).reason is R.STALE
+    assert isinstance(rules.claim(cleared, "kai", tier, T0 + 3, claim_id="c-y", based_on_seq=3).outcome, ClaimGranted)
 
 
 # --- edits and deletions on the platform -------------------------------------------------------------------
