@@ -43,6 +43,7 @@ __all__ = (
     "EVENT_MODELS",
     "FROM_THE_ARBITER",
     "MAX_MEMORY_TOKENS",
+    "MAX_OWN_LINES",
     "MAX_RECENT",
     "Amount",
     "ArbiterEvent",
@@ -232,6 +233,9 @@ class _Out(BaseModel):
 MAX_MEMORY_TOKENS = 400
 """The most a dialogue state may take, in tokens as ``estimate_tokens`` counts them."""
 
+MAX_OWN_LINES = 100
+"""The most of its own last lines a persona may ask to have with a claim (``ClaimRequest.own_lines``)."""
+
 MAX_MEMORY_ITEMS = 8  # open questions, or things agreed
 MAX_MEMORY_SPEAKERS = 12
 _MEMORY_LINE = 300  # characters of one item or note
@@ -320,6 +324,11 @@ class ClaimRequest(_In):
         False,
         description="with a granted claim, also the persona's notes on this channel (``memory``): a persona reads"
         " them once, before its first generation there",
+    )
+    own_lines: Annotated[StrictInt, Field(ge=0, le=MAX_OWN_LINES), BeforeValidator(_whole_number)] = Field(
+        0,
+        description="with a granted claim, also the persona's own last lines here, up to this many (``own_lines``):"
+        " what it must not say again, however much others said since. A persona reads them once, with ``notes``",
     )
 
 
@@ -485,6 +494,11 @@ class ClaimResult(Verdict):
     )
     memory: MemoryView | None = Field(
         None, description="granted and asked with notes: the persona's notes here (null when it has none yet)"
+    )
+    own_lines: list[MessageView] | None = Field(
+        None,
+        description="granted and asked for them: the persona's own last lines here, oldest first (deleted ones"
+        " included: said once, they are no better to say again)",
     )
 
 

@@ -78,10 +78,17 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
         return await self._change(channel_id, step)
 
     async def claim(
-        self, channel_id: str, persona_id: str, tier: Tier, *, based_on_seq: int | None = None, notes: bool = False
+        self,
+        channel_id: str,
+        persona_id: str,
+        tier: Tier,
+        *,
+        based_on_seq: int | None = None,
+        notes: bool = False,
+        own_lines: int = 0,
     ) -> wire.ClaimResult:
-        """Hold a tier's cost. ``notes``: a granted claim comes with the persona's notes here (its first generation
-        needs them, and this saves it a request)."""
+        """Hold a tier's cost. A granted claim comes with what the persona's first generation here needs, saving it
+        requests: ``notes``, its notes here; ``own_lines``, up to that many of its own last lines."""
         self.registry.require(persona_id)
 
         def step(tx: WriteTx, state: ChannelState) -> wire.ClaimResult:
@@ -90,10 +97,14 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
             self._commit(tx, state, transition)
             result = claim_result(transition.state, now, transition.outcome)
             if result.granted:
-                if not notes:
-                    return result
-                found = repo.load_memories(tx.conn, channel_id, persona_id)
-                return result.model_copy(update={"memory": memory_view(found[0]) if found else None})
+                found: dict[str, object] = {}
+                if notes:
+                    memories = repo.load_memories(tx.conn, channel_id, persona_id)
+                    found["memory"] = memory_view(memories[0]) if memories else None
+                if own_lines:
+                    said = repo.said_by(tx.conn, channel_id, persona_id, own_lines)
+                    found["own_lines"] = [message_view(message) for message in said]
+                return result.model_copy(update=found) if found else result
             # The persona planned from a status a claim has since moved: the fresh one saves it asking (or planning
             # the same refusal again) on its next look.
             name = self.registry.name(persona_id)

@@ -154,7 +154,12 @@ async def _claim(call: Call) -> BaseModel:
     body: wire.ClaimRequest = call.body
     assert call.persona is not None
     return await call.service.claim(
-        call.channel_id, call.persona, body.tier, based_on_seq=body.based_on_seq, notes=body.notes
+        call.channel_id,
+        call.persona,
+        body.tier,
+        based_on_seq=body.based_on_seq,
+        notes=body.notes,
+        own_lines=body.own_lines,
     )
 
 

@@ -81,6 +81,7 @@ __all__ = (
     "message_columns",
     "persona_infos",
     "recent_platform_ids",
+    "said_by",
     "save_channels",
     "save_memory",
     "spend_columns",
@@ -599,6 +600,25 @@ _HISTORY = _DriverQuery(
 _RECENT_HISTORY = _DriverQuery(
     select(messages)
     .where(messages.c.channel_id == bindparam("channel_id"), _visible)
+    .order_by(messages.c.seq.desc())
+    .limit(bindparam("limit"))
+)
+
+
+def said_by(conn: Connection, channel_id: str, author_id: str, limit: int) -> list[Message]:
+    """The last ``limit`` messages ``author_id`` said in the channel, oldest first, however much others said since:
+    deleted ones too (said once, they are no better to say again), not retracted ones (never shown)."""
+    rows = _SAID_BY.rows(conn, {"channel_id": channel_id, "author_id": author_id, "limit": limit})
+    return [_message_from(row) for row in reversed(rows)]
+
+
+_SAID_BY = _DriverQuery(
+    select(messages)
+    .where(
+        messages.c.channel_id == bindparam("channel_id"),
+        messages.c.author_id == bindparam("author_id"),
+        messages.c.retracted.is_(False),
+    )
     .order_by(messages.c.seq.desc())
     .limit(bindparam("limit"))
 )

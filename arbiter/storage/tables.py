@@ -89,7 +89,11 @@ class SpendRow(Base):
 
 class MessageRow(Base):
     __tablename__ = "messages"
-    __table_args__ = (UniqueConstraint("channel_id", "platform_message_id"),)
+    # (channel, author, seq): a persona's own last lines, with its first claim in a channel (repository.said_by).
+    __table_args__ = (
+        UniqueConstraint("channel_id", "platform_message_id"),
+        Index(None, "channel_id", "author_id", "seq"),
+    )
 
     channel_id: Mapped[str] = mapped_column(ID, primary_key=True)
     seq: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)

@@ -340,6 +340,22 @@ async def test_claim_holds_the_tiers_cost(api: Api, clock: FakeClock) -> None:
     assert await api.level() == 40
 
 
+async def test_a_claim_brings_the_personas_own_last_lines_when_asked(api: Api, clock: FakeClock) -> None:
+    await api.patch(capacity=1000)
+    for text in ("One.", "Two.", "Three."):
+        await api.consume("hana", text, tier="remark")
+        await api.observe(f"{text} said Yuki")
+    gone = (await api.consume("hana", "Four.", tier="remark"))["message"]["seq"]
+    await api.call("POST", f"{CH}/messages/{gone}/retract", "hana")  # its post failed: never shown
+
+    plain = await api.claim("kai", "aizuchi")
+    clock.advance(31)
+    asked = await api.claim("hana", "remark", own_lines=2)
+
+    assert plain["own_lines"] is None
+    assert [(m["author_id"], m["text"]) for m in asked["own_lines"]] == [("hana", "Two."), ("hana", "Three.")]
+
+
 async def test_speak_in_the_claimed_tier(api: Api, clock: FakeClock) -> None:
     claim_id = (await api.claim("hana", "remark"))["claim"]["claim_id"]
     clock.advance(2)
