@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from arbiter import contract as wire
 from arbiter.core import rules
-from arbiter.core.models import ChannelSettings, ChannelState, PersonaPolicy
+from arbiter.core.models import ChannelSettings, ChannelState
 from arbiter.core.validation import patch_settings
 from arbiter.service_core import ServiceCore
 from arbiter.storage import repository as repo
@@ -68,17 +68,35 @@ class ChannelAdministration(ServiceCore):
 
         def step(tx: WriteTx, state: ChannelState) -> wire.SettingsView:
             policy = state.settings.policy(persona_id)
-            policy = PersonaPolicy(
-                enabled=policy.enabled if enabled is None else enabled, muted=policy.muted if muted is None else muted
+            policy = replace(
+                policy,
+                enabled=policy.enabled if enabled is None else enabled,
+                muted=policy.muted if muted is None else muted,
             )
             return self._save_settings(tx, state, state.settings.with_policy(persona_id, policy))
 
         return await self._change(channel_id, step)
 
-    def _save_settings(self, tx: WriteTx, state: ChannelState, settings: ChannelSettings) -> wire.SettingsView:
+    async def set_standing(self, channel_id: str, persona_id: str, cannot_post: str | None) -> wire.PersonaView:
+        """The persona says whether it can post in the channel (``cannot_post``: why not, or None): moderators see
+        it in the settings, and one that cannot hands back any floor it has (``rules.stand``)."""
+        self.registry.require(persona_id)
+
+        def step(tx: WriteTx, state: ChannelState) -> wire.PersonaView:
+            transition = rules.stand(state, persona_id, cannot_post)
+            if transition.state is not state:
+                self._save_settings(tx, state, transition.state.settings, next_state=transition.state)
+            return self._settings_view(transition.state).personas[persona_id]
+
+        return await self._change(channel_id, step)
+
+    def _save_settings(
+        self, tx: WriteTx, state: ChannelState, settings: ChannelSettings, *, next_state: ChannelState | None = None
+    ) -> wire.SettingsView:
+        """Save ``settings`` (in ``next_state``, when a rule changed more than the settings) and tell the streams."""
         now = tx.now()
         before = rules.level(state, now)
-        next_state = replace(state, settings=settings)
+        next_state = replace(next_state or state, settings=settings)
         if settings.enabled and not state.settings.enabled:
             # What was said while the fleet was off here is not read back by a catch-up after a restart.
             next_state = replace(next_state, history_since=now)

@@ -99,6 +99,7 @@ __all__ = (
     "SpeakResult",
     "SpeakerNote",
     "SpendState",
+    "StandingReport",
     "StatusAsk",
     "StatusEvent",
     "StatusView",
@@ -556,6 +557,18 @@ class PersonaView(_Out):
     enabled: bool
     muted: bool
     display_name: str | None = None
+    cannot_post: str | None = Field(
+        None, description="why the persona said it cannot post here (a permission its account lacks), or null"
+    )
+
+
+class StandingReport(_In):
+    """A persona says whether it can post in the channel: one that cannot is given no floor, and hands back any it
+    has at once."""
+
+    cannot_post: (
+        Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200), NoNul] | None
+    ) = Field(None, description="why it cannot post here (null: it can)")
 
 
 class StatusView(_Out):

@@ -88,7 +88,9 @@ def settings_view(
             **{declared.name: getattr(settings, declared.name) for declared in SETTINGS},
             "tiers": {tier: asdict(rule) for tier, rule in settings.tiers.items()},
             "personas": {
-                pid: wire.PersonaView(enabled=p.enabled, muted=p.muted, display_name=names.get(pid))
+                pid: wire.PersonaView(
+                    enabled=p.enabled, muted=p.muted, display_name=names.get(pid), cannot_post=p.cannot_post
+                )
                 for pid, p in personas.items()
             },
         }
@@ -136,7 +138,9 @@ def status_view(
     you = claim = None
     if persona_id is not None:
         policy = settings.policy(persona_id)
-        you = wire.PersonaView(enabled=policy.enabled, muted=policy.muted, display_name=display_name)
+        you = wire.PersonaView(
+            enabled=policy.enabled, muted=policy.muted, display_name=display_name, cannot_post=policy.cannot_post
+        )
         held = state.claim_of(persona_id, now)
         claim = None if held is None else claim_view(held, now)
     tiers = {}

@@ -190,6 +190,11 @@ class ArbiterClient:
     async def report_usage(self, channel_id: str, report: wire.UsageReport) -> wire.UsageResult:
         return await self._channel("POST", channel_id, "/usage", wire.UsageResult, report)
 
+    async def stand(self, channel_id: str, cannot_post: str | None) -> wire.PersonaView:
+        """Tell the arbiter whether the persona can post in the channel (``cannot_post``: why not, or None)."""
+        body = wire.StandingReport(cannot_post=cannot_post)
+        return await self._channel("PUT", channel_id, "/standing", wire.PersonaView, body)
+
     async def retract(self, channel_id: str, seq: int) -> wire.RetractResult:
         return await self._channel("POST", channel_id, f"/messages/{seq}/retract", wire.RetractResult)
 

@@ -235,6 +235,12 @@ async def _usage(call: Call) -> BaseModel:
     return await call.service.report_usage(call.channel_id, call.persona, body.prompt_tokens, body.completion_tokens)
 
 
+async def _standing(call: Call) -> BaseModel:
+    body: wire.StandingReport = call.body
+    assert call.persona is not None
+    return await call.service.set_standing(call.channel_id, call.persona, body.cannot_post)
+
+
 async def _register(call: Call) -> None:
     body: wire.PersonaRegistration = call.body
     assert call.persona is not None
@@ -312,6 +318,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              Access.ADMIN, _delete, response=wire.MessageView, tag="history"),
     Endpoint("POST", f"{CH}/usage", "Report tokens used by one LLM call", Access.PERSONA, _usage,
              body=wire.UsageReport, response=wire.UsageResult),
+    Endpoint("PUT", f"{CH}/standing", "Say whether the calling persona can post here", Access.PERSONA, _standing,
+             body=wire.StandingReport, response=wire.PersonaView),
     Endpoint("PUT", "/v1/personas/{persona_id}", "Register the calling persona's names", Access.PERSONA,
              _register, body=wire.PersonaRegistration, status=204, tag="personas"),
     Endpoint("GET", "/v1/personas", "The personas and how they registered", Access.ANY, _personas,

@@ -127,6 +127,9 @@ RECENT_SUBSTANTIVE = 16
 class PersonaPolicy:
     enabled: bool = True
     muted: bool = False
+    # Not a moderator's choice: why the persona said it cannot post here (a permission its account lacks), or None.
+    # Kept with the policy so that moderators see it where they see the rest of the persona's standing.
+    cannot_post: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,7 @@ __all__ = (
     "release",
     "retract",
     "speak",
+    "stand",
     "tier_for_amount",
     "utc_day",
     "verdicts",
@@ -627,6 +628,8 @@ def observe(
     human's resets the bots' streak), since it was said after everything before it in the history.
     """
     said = now if at is None else min(at, now)
+    # A persona that cannot post here cannot answer: asking it gives it no floor, and the others no wait.
+    addressed = tuple(pid for pid in addressed if state.settings.policy(pid).cannot_post is None)
     message = Message(
         channel_id=state.channel_id,
         seq=state.last_seq + 1,
@@ -657,6 +660,20 @@ def _floor_after(priority: Priority | None, message: Message, until: float, now:
     # A persona asked again gets its tries back; an earlier question's answer may still be on its way, so the
     # floor counts from the earliest question.
     return Priority(live.persona_ids | asked, max(live.until, until), live.since_seq, live.tried - asked)
+
+
+def stand(state: ChannelState, persona_id: str, cannot_post: str | None) -> Transition:
+    """The persona says whether it can post here (``cannot_post``: why not, or None). One that cannot hands back any
+    floor it has at once: the others need not wait for an answer that cannot come (and ``observe`` gives it none)."""
+    policy = state.settings.policy(persona_id)
+    if policy.cannot_post == cannot_post:
+        return Transition(state)
+    settings = state.settings.with_policy(persona_id, replace(policy, cannot_post=cannot_post))
+    priority = state.priority
+    if cannot_post is not None and priority is not None and persona_id in priority.persona_ids:
+        rest = priority.persona_ids - {persona_id}
+        priority = replace(priority, persona_ids=rest, tried=priority.tried - {persona_id}) if rest else None
+    return Transition(replace(state, settings=settings, priority=priority))
 
 
 def retract(state: ChannelState, persona_id: str, message: Message, now: float) -> Transition:

@@ -39,6 +39,8 @@ def status_text(status: StatusView, settings: SettingsView, personas: PersonaLis
     marks: dict[bool, list[str]] = {False: [], True: []}  # by whether the member is an external agent
     for member_id, policy in sorted(settings.personas.items()):
         mark = "muted" if policy.muted else "on" if policy.enabled else "off"
+        if policy.cannot_post is not None:
+            mark += f"; cannot post: {policy.cannot_post}"
         marks[member_id in agents].append(f"{names.get(member_id, member_id)} ({mark})")
     lines.append("Personas: " + (", ".join(marks[False]) if marks[False] else "none"))
     if marks[True]:

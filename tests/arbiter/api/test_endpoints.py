@@ -144,7 +144,7 @@ async def test_disabled_channel_refuses_with_reason_not_enabled(api: Api) -> Non
 
 async def test_disabled_persona_is_refused_and_sees_it_in_status(api: Api) -> None:
     view = await api.call("PUT", f"{CH}/personas/kai", "admin", json={"enabled": False})
-    assert view["personas"]["kai"] == {"enabled": False, "muted": False, "display_name": "kai"}
+    assert view["personas"]["kai"] == {"enabled": False, "muted": False, "display_name": "kai", "cannot_post": None}
     _refused(await api.claim("kai", "aizuchi"), "not_enabled")
     assert (await api.status("kai"))["you"]["enabled"] is False
     held = await api.claim("hana", "aizuchi")
@@ -267,7 +267,7 @@ async def test_status_for_a_persona_has_every_field(api: Api, clock: FakeClock) 
         "last_seq": 0,
         "stale_tolerance": 1,
         "claims_held": {},
-        "you": {"enabled": True, "muted": False, "display_name": "hana"},  # its id until it registers a name
+        "you": {"enabled": True, "muted": False, "display_name": "hana", "cannot_post": None},  # its id until named
         "claim": None,
     }
 
@@ -325,6 +325,21 @@ async def test_status_marks_tiers_the_level_cannot_afford(api: Api) -> None:
 
 
 # --- claim, speak, release ------------------------------------------------------------------------------
+
+
+async def test_a_persona_that_cannot_post_says_so_and_hands_its_floor_back(api: Api) -> None:
+    await api.observe("Hana, Kai: thoughts?", mentions=["hana", "kai"])
+    assert (await api.status("mio"))["priority"] == ["hana", "kai"]
+
+    why = "it lacks the Send Messages permission there"
+    view = await api.call("PUT", f"{CH}/standing", "hana", json={"cannot_post": why})
+
+    assert view == {"enabled": True, "muted": False, "display_name": "hana", "cannot_post": why}
+    assert (await api.status("mio"))["priority"] == ["kai"]
+    assert (await api.settings())["personas"]["hana"]["cannot_post"] == why
+    assert (await api.status("hana"))["you"]["cannot_post"] == why
+    back = await api.call("PUT", f"{CH}/standing", "hana", json={"cannot_post": None})
+    assert back["cannot_post"] is None
 
 
 async def test_claim_holds_the_tiers_cost(api: Api, clock: FakeClock) -> None:
@@ -857,6 +872,7 @@ COVERED: dict[tuple[str, str], object] = {
     ("POST", "/v1/channels/{channel_id}/messages/{seq}/retract"): test_retract_refunds_and_removes_the_message,
     ("PUT", "/v1/channels/{channel_id}/messages/{seq}/platform-id"): test_link_platform_id,
     ("POST", "/v1/channels/{channel_id}/usage"): test_usage_accumulates_per_channel_and_day,
+    ("PUT", "/v1/channels/{channel_id}/standing"): test_a_persona_that_cannot_post_says_so_and_hands_its_floor_back,
     ("PUT", "/v1/personas/{persona_id}"): test_registered_display_name_and_aliases_address_the_persona,
     ("GET", "/v1/channels"): test_list_channels_shows_each_channel_and_its_last_seq,
     ("GET", "/v1/personas"): test_personas_list_how_each_registered,

@@ -206,7 +206,8 @@ async def test_real_responses_match_their_documented_schemas(api: Api, document:
     await call("PUT", f"{CH}/personas/mio", "admin", json={"muted": False})
     await call("PUT", "/v1/personas/kai", "kai", json={"display_name": "Kaito"}, expect=204)
     await call("POST", f"{CH}/messages", "admin", json={"author_id": "u1", "author_name": "Yuki", "text": "Kaito?"})
-    claim = await call("POST", f"{CH}/claims", "kai", json={"tier": "long"})
+    await call("PUT", f"{CH}/standing", "mio", json={"cannot_post": "it lacks the Send Messages permission there"})
+    claim = await call("POST", f"{CH}/claims", "kai", json={"tier": "long", "notes": True, "own_lines": 30})
     await call("GET", f"{CH}/status", "kai")  # with you, a claim, priority and refunds
     await call("GET", f"{CH}/status", "admin")
     refused = await call("POST", f"{CH}/claims", "hana", json={"tier": "remark"})

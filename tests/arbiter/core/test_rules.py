@@ -946,6 +946,32 @@ def test_no_priority_when_the_window_is_zero() -> None:
     speech(_consume(state, Tier.REMARK, T0))
 
 
+def test_a_persona_that_cannot_post_hands_its_floor_back_at_once() -> None:
+    state = hear(channel(priority_window_s=20), T0, text="Kai and Mio, thoughts?", addressed=("kai", "mio"))
+
+    kai_out = rules.stand(state, "kai", "it lacks the Send Messages permission there")
+
+    assert kai_out.state.priority is not None and kai_out.state.priority.persona_ids == {"mio"}
+    assert kai_out.state.settings.policy("kai").cannot_post == "it lacks the Send Messages permission there"
+    both_out = rules.stand(kai_out.state, "mio", "it lacks the View Channel permission there").state
+    assert both_out.priority is None
+    speech(_consume(both_out, Tier.REMARK, T0 + 1))  # hana answers at once, not 20 s later
+    assert not rules.stand(both_out, "mio", "it lacks the View Channel permission there").changed
+    assert rules.stand(both_out, "mio", "it lacks the View Channel permission there").state is both_out
+
+
+def test_asking_a_persona_that_cannot_post_gives_it_no_floor_until_it_can_again() -> None:
+    state = rules.stand(channel(priority_window_s=20), "kai", "it lacks the Send Messages permission there").state
+
+    asked = hear(state, T0, text="Kai, thoughts?", addressed=("kai",))
+    assert asked.priority is None
+    speech(_consume(asked, Tier.REMARK, T0 + 1))
+
+    back = rules.stand(asked, "kai", None).state
+    assert back.settings.policy("kai").cannot_post is None
+    assert hear(back, T0 + 2, text="Kai?", addressed=("kai",)).priority is not None
+
+
 def test_another_bot_addressing_a_persona_gives_no_priority() -> None:
     state = hear(channel(priority_window_s=20), T0, author=OTHER_BOT, addressed=("kai",))
     assert state.priority is None
