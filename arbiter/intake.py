@@ -12,7 +12,7 @@ from arbiter.core.addressing import addressed_personas
 from arbiter.core.errors import NotFound
 from arbiter.core.models import AuthorKind, ChannelState, Message
 from arbiter.core.rules import Author
-from arbiter.service_core import ServiceCore
+from arbiter.service_core import ServiceCore, platform_place
 from arbiter.storage import repository as repo
 from arbiter.views import message_view
 
@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from arbiter.storage.writer import WriteTx
 
 __all__ = ("IntakeMark", "PlatformIntake")
+
+# How far back a message heard late looks for persona messages the platform shows after it (they were granted a moment
+# before: a few messages at most).
+_LOOK_BACK = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,9 +66,10 @@ class PlatformIntake(ServiceCore):
                     granted = self._unlinked(tx, channel_id, author_id)
                     if granted is not None:
                         # Our persona's own post, seen before the persona linked it: the same message.
-                        linked = rules.link_platform_id(state, author_id, granted, platform_message_id)
+                        linked = self._linked(tx, state, author_id, granted, platform_message_id)
                         self._commit(tx, state, linked)
-                        return wire.ObserveResult(seq=granted.seq, created=False)
+                        assert isinstance(linked.outcome, Message)
+                        return wire.ObserveResult(seq=linked.outcome.seq, created=False)
             addressed: tuple[str, ...] = ()
             if author_kind is AuthorKind.HUMAN:
                 addressed = addressed_personas(text, self.registry.names(), mentions)
@@ -76,15 +81,32 @@ class PlatformIntake(ServiceCore):
             )
             self._commit(tx, state, transition)
             assert isinstance(transition.outcome, Message)
+            if state.bot_streak:  # bots spoke since a person last did: one of theirs may have been posted after this
+                self._after_it(tx, transition.state, transition.outcome, since=state.last_human_seq)
             return wire.ObserveResult(seq=transition.outcome.seq, created=True)
 
         return await self._change(channel_id, step)
 
-    @staticmethod
-    def _newest_time(tx: WriteTx, state: ChannelState) -> float:
-        """When the channel's newest message was said (-inf when its history is empty)."""
-        newest = tx.message(state.channel_id, state.last_seq) if state.last_seq else None
-        return float("-inf") if newest is None else newest.created_at
+    def _after_it(self, tx: WriteTx, state: ChannelState, message: Message, *, since: int) -> None:
+        """The messages recorded after seq ``since`` and before ``message`` that the platform shows after it (it was
+        heard late, while they were on their way: a persona's) move to the end of the history, in the platform's
+        order (``rules.move_to_end``)."""
+        said = platform_place(message)
+        if said is None:
+            return
+        later: list[tuple[int, Message]] = []
+        for seq in range(max(since + 1, message.seq - _LOOK_BACK), message.seq):
+            found = tx.message(state.channel_id, seq)
+            posted = platform_place(found)
+            if found is not None and posted is not None and posted > said:
+                later.append((posted, found))
+        for posted, moved in sorted(later, key=lambda pair: pair[0]):
+            tx.require_lock()  # the moved message hands its platform id on: the locked way writes that in order
+            transition = rules.move_to_end(
+                state, moved, platform_message_id=str(posted), said_at=self._newest_time(tx, state)
+            )
+            self._commit(tx, state, transition)
+            state = transition.state
 
     async def intake_mark(self, channel_id: str) -> IntakeMark:
         """Where to start reading the channel's platform history back after a restart. ``after`` is a numeric

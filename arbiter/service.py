@@ -208,7 +208,7 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
                     f"platform message {platform_message_id} is already message {other.seq}",
                     field="platform_message_id",
                 )
-            transition = rules.link_platform_id(state, persona_id, message, platform_message_id)
+            transition = self._linked(tx, state, persona_id, message, platform_message_id)
             self._commit(tx, state, transition)
             assert isinstance(transition.outcome, Message)
             return message_view(transition.outcome)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TypeVar
 
+from arbiter.core import rules
 from arbiter.core.errors import NotFound
 from arbiter.core.models import ChannelSettings
 from arbiter.core.validation import validate_settings
@@ -20,9 +21,21 @@ if TYPE_CHECKING:
     from arbiter.storage.database import Database
     from arbiter.storage.writer import BatchWriter, Clock, WriteTx
 
-__all__ = ("ServiceCore",)
+__all__ = ("ServiceCore", "platform_place")
+
+# How far after a persona's message, when it is linked, a message said before it on the platform is looked for (it was
+# granted a moment before being posted: a few messages at most).
+_LOOK_AHEAD = 50
 
 T = TypeVar("T")
+
+
+def platform_place(message: Message | None) -> int | None:
+    """Where the platform shows a message still in the history: its id there, when that is a number that orders (a
+    Discord snowflake); None otherwise."""
+    if message is None or not message.visible or message.platform_message_id is None:
+        return None
+    return int(message.platform_message_id) if message.platform_message_id.isdigit() else None
 
 
 class ServiceCore:
@@ -86,6 +99,31 @@ class ServiceCore:
         if state is None:
             raise NotFound(f"unknown channel {channel_id}", field="channel_id", code="unknown_channel")
         return state
+
+    @staticmethod
+    def _newest_time(tx: WriteTx, state: ChannelState) -> float:
+        """When the channel's newest message was said (-inf when its history is empty)."""
+        newest = tx.message(state.channel_id, state.last_seq) if state.last_seq else None
+        return float("-inf") if newest is None else newest.created_at
+
+    def _linked(
+        self, tx: WriteTx, state: ChannelState, persona_id: str, message: Message, platform_message_id: str
+    ) -> Transition:
+        """A persona's granted message linked to the platform's id for it, in the place the platform shows it: after a
+        message recorded after it but said before it there (heard late, while it was on its way), it moves to the
+        end of the history (``rules.move_to_end``)."""
+        linked = rules.link_platform_id(state, persona_id, message, platform_message_id)
+        if not linked.changed or not platform_message_id.isdigit():
+            return linked
+        posted = int(platform_message_id)
+        for seq in range(message.seq + 1, min(state.last_seq, message.seq + _LOOK_AHEAD) + 1):
+            said = platform_place(tx.message(state.channel_id, seq))
+            if said is not None and said < posted:
+                tx.require_lock()  # its old place is written before its new one: the locked way does that in order
+                return rules.move_to_end(
+                    state, message, platform_message_id=platform_message_id, said_at=self._newest_time(tx, state)
+                )
+        return linked
 
     def _message(self, tx: WriteTx, channel_id: str, seq: int) -> Message:
         message = tx.message(channel_id, seq)

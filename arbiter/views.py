@@ -252,15 +252,18 @@ def level_event(state: ChannelState, now: float) -> wire.LevelEvent:
 
 
 def transition_events(transition: Transition, before: ChannelState, now: float) -> list[wire.ArbiterEvent]:
-    """What the stream should hear about a transition from ``before``: its new messages, its retractions, every
-    claim made or settled, and the level when it moved (or a claim did)."""
+    """What the stream should hear about a transition from ``before``: the messages that left the history (retracted,
+    or moved to its end: ``rules.move_to_end``), its new messages, every claim made or settled, and the level when it
+    moved (or a claim did)."""
     channel_id = transition.state.channel_id
     events: list[wire.ArbiterEvent] = [
-        wire.MessageEvent(channel_id=channel_id, message=message_view(m)) for m in transition.new_messages
+        wire.RetractedEvent(channel_id=channel_id, seq=m.seq)
+        if m.retracted
+        else wire.DeletedEvent(channel_id=channel_id, seq=m.seq)
+        for m in transition.changed_messages
+        if not m.visible
     ]
-    events += [
-        wire.RetractedEvent(channel_id=channel_id, seq=m.seq) for m in transition.changed_messages if m.retracted
-    ]
+    events += [wire.MessageEvent(channel_id=channel_id, message=message_view(m)) for m in transition.new_messages]
     events += [
         wire.ClaimEvent(channel_id=channel_id, claim=claim_view(s, now))
         for s in (*transition.new_spends, *transition.changed_spends)

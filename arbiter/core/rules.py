@@ -40,6 +40,7 @@ __all__ = (
     "edit",
     "level",
     "link_platform_id",
+    "move_to_end",
     "observe",
     "record_usage",
     "refund_schedule",
@@ -716,6 +717,35 @@ def link_platform_id(state: ChannelState, persona_id: str, message: Message, pla
         )
     linked = replace(message, platform_message_id=platform_message_id)
     return Transition(state, linked, changed_messages=(linked,))
+
+
+def move_to_end(state: ChannelState, message: Message, *, platform_message_id: str, said_at: float) -> Transition:
+    """Move a message granted before it was posted to the end of the history, linked to ``platform_message_id``: the
+    platform shows it after messages the arbiter recorded after it (said while it was on its way, and heard late), and
+    the history keeps the platform's order. It takes the next seq (and no earlier time than ``said_at``, the newest
+    message's); its old place leaves the history as a deletion would (it was said: nothing is refunded); and the
+    counters see it where it is now: after a person spoke, it is a bot turn since."""
+    seq = state.last_seq + 1
+    moved = replace(
+        message, seq=seq, platform_message_id=platform_message_id, created_at=max(message.created_at, said_at)
+    )
+    left = replace(message, deleted=True, platform_message_id=None)
+    without = replace(
+        state,
+        recent_substantive=tuple(s for s in state.recent_substantive if s != message.seq),
+        recent_said=_without(state.recent_said, message.seq),
+    )
+    fields = _after_message(without, moved)
+    if moved.author_kind is not AuthorKind.HUMAN:
+        fields["bot_streak"] = state.bot_streak + (1 if state.last_human_seq > message.seq else 0)
+    next_state = replace(without, **fields)
+    changed: tuple[Spend, ...] = ()
+    spend = state.spend(message.spend_id) if message.spend_id else None
+    if spend is not None:
+        repointed = replace(spend, message_seq=seq)
+        next_state = _with_spend(next_state, repointed, spend)
+        changed = (repointed,)
+    return Transition(next_state, moved, changed_spends=changed, new_messages=(moved,), changed_messages=(left,))
 
 
 def edit(state: ChannelState, message: Message, text: str, now: float) -> Transition:

@@ -111,8 +111,9 @@ class _Staged:
     def flush(self, conn: Connection) -> None:
         repo.insert_spends(conn, list(self.new_spends.values()))
         repo.update_spends(conn, [spend for _, spend in self.changed_spends.values()])
-        repo.insert_messages(conn, list(self.new_messages.values()))
+        # Changed before new: a message moved to the history's end (rules.move_to_end) hands its platform id on.
         repo.update_messages(conn, list(self.changed_messages.values()))
+        repo.insert_messages(conn, list(self.new_messages.values()))
 
 
 class WriteTx:

@@ -131,3 +131,47 @@ async def test_the_mark_survives_a_restart(database_url: str, clock: FakeClock) 
 
     assert before == after == IntakeMark(after="200", since=clock())
     assert (message.author_kind, message.at) == (AuthorKind.HUMAN, clock() - 1)
+
+
+# --- the platform's order -------------------------------------------------------------------------------------------
+
+
+async def order(service: ArbiterService) -> list[tuple[str, str | None]]:
+    return [(m.text, m.platform_message_id) for m in (await service.history(CHANNEL, limit=100)).messages]
+
+
+async def test_a_post_linked_after_a_message_said_before_it_moves_after_it(service: ArbiterService) -> None:
+    await hear(service, "100", text="hi all")
+    spoken = await service.consume(CHANNEL, "hana", "Hello!", tier=Tier.REMARK)
+    assert spoken.message is not None and spoken.message.seq == 2
+    # A person spoke while hana's post was on its way; the arbiter heard it before hana linked her post.
+    await hear(service, "150", text="Hana, are you there?")
+
+    moved = await service.link(CHANNEL, "hana", spoken.message.seq, "200")
+
+    assert moved.seq == 4
+    assert await order(service) == [("hi all", "100"), ("Hana, are you there?", "150"), ("Hello!", "200")]
+
+
+async def test_a_message_heard_after_posts_the_platform_shows_after_it_goes_before_them(
+    service: ArbiterService,
+) -> None:
+    await hear(service, "100", text="hi all")
+    for text, posted in (("Hm.", "200"), ("Hello, all!", "210")):
+        tier = Tier.AIZUCHI if posted == "200" else Tier.REMARK
+        spoken = await service.consume(CHANNEL, "hana" if posted == "200" else "kai", text, tier=tier)
+        assert spoken.message is not None
+        await service.link(CHANNEL, spoken.message.author_id, spoken.message.seq, posted)
+    # Said before both posts on the platform, heard after them: they move after it, in the platform's order.
+    await hear(service, "150", text="anyone?")
+    await hear(service, "300", text="ok")
+
+    assert await order(service) == [
+        ("hi all", "100"),
+        ("anyone?", "150"),
+        ("Hm.", "200"),
+        ("Hello, all!", "210"),
+        ("ok", "300"),
+    ]
+    status = await service.status(CHANNEL)
+    assert (status.last_seq, status.bot_streak) == (7, 0)

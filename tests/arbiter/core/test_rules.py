@@ -1619,6 +1619,42 @@ def test_nothing_may_be_based_on_a_cleared_message(tier: Tier) -> None:
     assert isinstance(rules.claim(cleared, "kai", tier, T0 + 3, claim_id="c-y", based_on_seq=3).outcome, ClaimGranted)
 
 
+def test_a_message_the_platform_shows_after_one_heard_late_moves_to_the_end_of_the_history() -> None:
+    # Kai's remark was granted (seq 2), then a person asked something (seq 3, heard late): on the platform the
+    # question came first. Kai's remark moves after it, linked to its post.
+    state = hear(channel(capacity=200), T0, text="hello")
+    state, granted = say(state, KAI, Tier.REMARK, T0 + 1, "About the first thing...")
+    state = hear(state, T0 + 2, text="Mio, a question for you?", addressed=("mio",))
+    spend = state.spend(granted.spend.id)
+    assert spend is not None and state.bot_streak == 0
+
+    transition = rules.move_to_end(state, granted.message, platform_message_id="900", said_at=T0 + 2)
+
+    assert isinstance(transition.outcome, Message)
+    moved, [left] = transition.outcome, transition.changed_messages
+    assert (moved.seq, moved.text, moved.platform_message_id, moved.created_at) == (
+        4,
+        granted.message.text,
+        "900",
+        T0 + 2,
+    )
+    assert (left.seq, left.visible, left.platform_message_id) == (2, False, None)
+    after = transition.state
+    assert (after.last_seq, after.bot_streak, after.recent_substantive) == (4, 1, (1, 3, 4))
+    assert [s for s, _nod in after.recent_said] == [1, 3, 4]
+    assert after.spend(spend.id) == replace(spend, message_seq=4)
+    assert rules.level(after, T0 + 2) == rules.level(state, T0 + 2)  # said all the same: nothing refunded
+    assert after.priority == state.priority  # the question's floor is the question's
+
+
+def test_a_moved_message_with_no_human_since_is_still_one_bot_turn() -> None:
+    state = hear(channel(capacity=200), T0)
+    state, first = say(state, KAI, Tier.REMARK, T0 + 1, "one")
+    state = said(state, MIO, Tier.AIZUCHI, T0 + 2)
+    moved = rules.move_to_end(state, first.message, platform_message_id="7", said_at=T0 + 2).state
+    assert (moved.bot_streak, [s for s, _ in moved.recent_said]) == (2, [1, 3, 4])
+
+
 # --- edits and deletions on the platform -------------------------------------------------------------------
 
 
