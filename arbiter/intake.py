@@ -17,12 +17,15 @@ from arbiter.storage import repository as repo
 from arbiter.views import message_view
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
+    from arbiter.core.rules import Transition
     from arbiter.storage.writer import WriteTx
 
 __all__ = ("IntakeMark", "PlatformIntake")
 
+# How many of a channel's newest messages a catch-up compares with what the platform shows (it reads back a hundred).
+_RECONCILED = 200
 # How far back a message heard late looks for persona messages the platform shows after it (they were granted a moment
 # before: a few messages at most).
 _LOOK_BACK = 50
@@ -144,16 +147,41 @@ class PlatformIntake(ServiceCore):
                     field="platform_message_id",
                     code="unknown_message",
                 )
-            now = tx.now()
-            transition = rules.delete(state, message) if text is None else rules.edit(state, message, text, now)
-            assert isinstance(transition.outcome, Message)
-            view = message_view(transition.outcome)
-            if transition.changed:
-                tx.apply(transition)
-                if text is None:
-                    tx.emit(wire.DeletedEvent(channel_id=channel_id, seq=message.seq))
-                else:
-                    tx.emit(wire.EditedEvent(channel_id=channel_id, message=view))
-            return view
+            outcome = self._platform_changed(tx, state, message, text).outcome
+            assert isinstance(outcome, Message)
+            return message_view(outcome)
+
+        return await self._change(channel_id, step)
+
+    def _platform_changed(self, tx: WriteTx, state: ChannelState, message: Message, text: str | None) -> Transition:
+        """``message`` as the platform shows it now: deleted (``text`` None), or with ``text``."""
+        transition = rules.delete(state, message) if text is None else rules.edit(state, message, text, tx.now())
+        if transition.changed:
+            self._commit(tx, state, transition)  # a deletion's event comes with it
+            if text is not None and self._heard(state.channel_id):
+                assert isinstance(transition.outcome, Message)
+                tx.emit(wire.EditedEvent(channel_id=state.channel_id, message=message_view(transition.outcome)))
+        return transition
+
+    async def reconcile(self, channel_id: str, shown: Mapping[str, str], *, after: int, until: int) -> tuple[int, int]:
+        """Bring the recorded messages said on the platform after id ``after`` and up to ``until`` in line with what
+        it shows now, as a catch-up read it back (``shown``: the text of each message it shows there, by platform
+        id): one it no longer shows was deleted, one whose text differs was edited, while the bot was away or could not
+        read the change. A persona's own message is only ever deleted (nobody else may edit it, and the platform
+        may show its text formatted). Returns how many were (edited, deleted)."""
+
+        def step(tx: WriteTx, state: ChannelState) -> tuple[int, int]:
+            edited = deleted = 0
+            for message in repo.recent_history(tx.conn, channel_id, _RECONCILED):
+                place = platform_place(message)
+                if place is None or not after < place <= until:
+                    continue
+                assert message.platform_message_id is not None
+                text = shown.get(message.platform_message_id)
+                if text is not None and (text == message.text or message.author_kind is AuthorKind.PERSONA):
+                    continue
+                state = self._platform_changed(tx, state, message, text).state
+                edited, deleted = (edited + 1, deleted) if text is not None else (edited, deleted + 1)
+            return edited, deleted
 
         return await self._change(channel_id, step)

@@ -88,8 +88,12 @@ class ServiceCore:
     def _commit(self, tx: WriteTx, before: ChannelState, transition: Transition) -> None:
         if transition.changed:
             tx.apply(transition)
-            if self._wants_events is None or self._wants_events(before.channel_id):
+            if self._heard(before.channel_id):
                 tx.emit(*transition_events(transition, before, tx.now()))
+
+    def _heard(self, channel_id: str) -> bool:
+        """Whether anyone will hear the channel's events (see ``wants_events``)."""
+        return self._wants_events is None or self._wants_events(channel_id)
 
     async def _read_state(self, channel_id: str, now: float) -> ChannelState:
         state = await self._writer.remembered(channel_id)

@@ -249,9 +249,11 @@ class ArbiterBot(discord.AutoShardedClient):
             del self._catch_ups[channel_id]
 
     async def _catch_up(self, channel_id: str) -> None:
-        """Record, oldest first and each once, the channel's messages after the newest one recorded: at most the
-        last CATCH_UP_LIMIT, none older than CATCH_UP_WINDOW_S nor from before the fleet was (re-)enabled there or
-        its history cleared. Each keeps the time it was said (see ``rules.observe``)."""
+        """Read back the channel's last CATCH_UP_LIMIT messages (none older than CATCH_UP_WINDOW_S, nor from before
+        the fleet was (re-)enabled there or its history cleared). Record, oldest first and each once, those after the
+        newest one recorded; each keeps the time it was said (see ``rules.observe``). And compare the ones recorded
+        before with what the channel shows now: an edit or a deletion the bot missed (away, or an event it could not
+        read) is applied then (``service.reconcile``)."""
         channel = self._readable_channel(channel_id)
         if channel is None:
             return
@@ -260,14 +262,15 @@ class ArbiterBot(discord.AutoShardedClient):
         if mark.since is not None:
             since = max(since, mark.since)
         after = _snowflake_before(since)
-        if mark.after is not None:
-            after = max(after, int(mark.after))
         # Newest first, one page, then oldest first: the last CATCH_UP_LIMIT messages after ``after``.
         history = channel.history(limit=CATCH_UP_LIMIT, after=discord.Object(after), oldest_first=False)
         found = [message async for message in history]
+        recorded_up_to = int(mark.after) if mark.after is not None else 0
+        if recorded_up_to:
+            await self._reconcile(channel_id, found, after, recorded_up_to)
         recorded = 0
         for message in reversed(found):
-            if not self._observable(message):
+            if message.id <= recorded_up_to or not self._observable(message):
                 continue
             try:
                 recorded += await self._record(channel_id, message, at=message.created_at.timestamp())
@@ -277,6 +280,17 @@ class ArbiterBot(discord.AutoShardedClient):
                 _log.warning("could not record message %s in %s: %s", message.id, channel_id, error)
         if recorded:
             _log.info("channel %s: recorded %d messages said while the arbiter was away", channel_id, recorded)
+
+    async def _reconcile(self, channel_id: str, found: list[discord.Message], after: int, recorded_up_to: int) -> None:
+        """Compare the recorded messages a catch-up read back (``found``, newest first, said after ``after``) with
+        what the channel shows. The range compared: from the oldest one read back (everything since ``after`` when
+        less than a page came) up to the newest recorded one (or the newest read back: nothing after it existed)."""
+        oldest = after if len(found) < CATCH_UP_LIMIT else found[-1].id - 1
+        newest = max(recorded_up_to, found[0].id if found else 0)
+        shown = {str(message.id): _text(message) for message in found if self._observable(message)}
+        edited, deleted = await self.service.reconcile(channel_id, shown, after=oldest, until=newest)
+        if edited or deleted:
+            _log.info("channel %s: %d edits, %d deletions made while the arbiter was away", channel_id, edited, deleted)
 
     def _readable_channel(self, channel_id: str) -> _CatchUpChannel | None:
         """The channel, if the bot can read its history; else None, with one warning per channel."""

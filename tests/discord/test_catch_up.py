@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import discord
 import pytest
 
+from aizuchi.connection import Account, stay_connected
 from arbiter.contract import AuthorKind, Tier
 from arbiter.discord_bot import ArbiterBot
 from arbiter.discord_bot.bot import CATCH_UP_LIMIT, CATCH_UP_WINDOW_S
@@ -59,12 +60,19 @@ class ArbiterOnline(ArbiterBot):
 
 @contextlib.asynccontextmanager
 async def online(arbiter: Arbiter, world: World) -> AsyncIterator[ArbiterOnline]:
-    """The arbiter's bot running (a new process's bot: a new gateway session, nothing to resume)."""
+    """The arbiter's bot running (a new process's bot: a new gateway session, nothing to resume), kept on Discord as
+    ``aizuchi run`` keeps it (``stay_connected``: an event it cannot read costs it a new session)."""
     bot = ArbiterOnline(
         arbiter.service, guilds=[world.guild.id], moderator_role=CREW_ROLE, guild_ready_timeout=FAST_READY
     )
-    async with running(bot, world.arbiter.token):
+    account = Account("the arbiter's bot", "ARBITER_DISCORD_TOKEN")
+    task = asyncio.create_task(stay_connected(bot, world.arbiter.token, account))
+    try:
+        await eventually(bot.is_ready, what="the arbiter's bot ready")
         yield bot
+    finally:
+        await bot.close()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 @pytest.fixture
@@ -365,6 +373,55 @@ async def test_a_resumed_session_reads_back_too_and_records_nothing_twice(
     # Discord replayed the missed messages on resuming, and the catch-up read the channel again: once each.
     assert len(world.fake.requests_to("GET", reads, bot=world.arbiter)) == read_at_start + 1
     assert ids(messages) == [str(before.id), ids(messages)[1], *ids_of([*missed, back])]
+
+
+# --- edits and deletions it missed ------------------------------------------------------------------------------
+
+
+async def test_edits_and_deletions_made_while_it_had_no_session_are_caught_up_on(
+    arbiter: Arbiter, world: World, lounge: str
+) -> None:
+    hana = world.personas["hana"]
+    await arbiter.service.register_persona("hana", "Hana", platform_user_id=str(hana.id))
+    async with online(arbiter, world) as bot:
+        typo, gone, kept = await say(world, "I like sobe", "oops, wrong channel", "see you at six")
+        assert (await arbiter.service.consume(lounge, "hana", "Six works for me.", tier=Tier.REMARK)).granted
+        poster = RecordingClient(intents=discord.Intents.none())
+        async with running(poster, hana.token):  # hana's post: the arbiter's bot sees it and links it
+            await poster.get_partial_messageable(world.lounge.id).send("Six works for me.")
+        [posted] = [m for m in world.lounge.messages if m.author is hana]
+        await barrier(arbiter, world)
+        assert [m.platform_message_id for m in await history(arbiter, lounge)][3] == str(posted.id)
+        bot.identify.clear()
+        await world.fake.invalidate(world.arbiter)  # the session ends: no event reaches the bot until it is back
+        await world.fake.edit(typo, "I like soba")
+        await world.fake.delete(gone)
+        await world.fake.delete(posted)  # a moderator deletes a persona's line
+        bot.identify.set()
+        await world.fake.wait_until(lambda: world.fake.connected(world.arbiter), what="a new session")
+        await eventually(lambda: not bot._catch_ups, what="the catch-up done")
+        await barrier(arbiter, world)
+        messages = await history(arbiter, lounge)
+
+    assert [m.text for m in messages[:3]] == ["I like soba", "see you at six", "(anyone here?)"]
+    assert ids(messages)[:2] == ids_of([typo, kept])
+
+
+async def test_an_edit_whose_event_it_cannot_read_reaches_the_history_after_the_new_session(
+    arbiter: Arbiter, world: World, lounge: str
+) -> None:
+    async with online(arbiter, world) as bot:
+        [said] = await say(world, "meet at the statoin")
+        await barrier(arbiter, world)
+        await world.fake.edit(said, "meet at the station", announce=False)
+        # The edit's event in a form discord.py cannot read (no channel id): it costs the bot its session.
+        await world.fake.send_raw(world.arbiter, "MESSAGE_UPDATE", {"id": str(said.id), "content": "?"})
+
+        async def edited() -> bool:
+            return (await history(arbiter, lounge))[0].text == "meet at the station"
+
+        await eventually(edited, within=10.0, what="the edit read back")
+        await eventually(lambda: not bot._catch_ups, what="the catch-up done")
 
 
 # --- channels it cannot read ------------------------------------------------------------------------------------------
