@@ -42,7 +42,7 @@ from bots.persona import Persona, load_personas
 from bots.platforms.memory import MemoryRoom
 from bots.prompt import OWN_LINES
 from bots.runtime import PersonaRuntime, RuntimeConfig
-from bots.text import repeats
+from bots.text import nod_repeats, repeats
 from bots.tool_loop import ToolLoopRuntime
 
 if TYPE_CHECKING:
@@ -201,12 +201,18 @@ class Conversation:
         return most
 
     def repeated_lines(self, within: int = OWN_LINES) -> int:
-        """Lines a persona said again within its own last ``within`` lines."""
+        """Lines a persona said again as the runtime would not post them (``bots.text``): a remark one of its own last
+        ``within`` lines, a nod its own nod before."""
         said: dict[str, list[str]] = defaultdict(list)
+        last_nod: dict[str, str] = {}
         count = 0
         for message in self.persona_lines:
             earlier = said[message.author_id]
-            count += repeats(message.text, earlier[-within:])
+            if message.tier is Tier.AIZUCHI:
+                count += nod_repeats(message.text, last_nod=last_nod.get(message.author_id), answering=None)
+                last_nod[message.author_id] = message.text
+            else:
+                count += repeats(message.text, earlier[-within:])
             earlier.append(message.text)
         return count
 

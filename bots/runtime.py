@@ -31,7 +31,7 @@ from bots.memory import MEMORY_SCHEMA, fit_state
 from bots.planner import anchor, plan_turn, refused_outright
 from bots.platforms.base import Posted
 from bots.prompt import OWN_LINES, persona_prompt, rules_prompt, transcript_turn
-from bots.text import clean_reply, is_emoji, repeats
+from bots.text import clean_reply, is_emoji, nod_repeats, repeats
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
@@ -755,8 +755,16 @@ class ChannelWorker:
                 return False
             tier = Tier(decision.action)
             text = clean_reply(decision.text, self.persona.names, status.tiers[tier].max_length)
-            # Not what was just said, nor one of its own recent lines (a model copies, and so does a script).
-            if not text or repeats(text, [*(m.text for m in window), *self.own_lines]):
+            # Not what was just said, nor one of its own recent lines (a model copies, and so does a script); a nod only
+            # not its last nod again, nor an echo (see bots.text).
+            if tier is Tier.AIZUCHI:
+                shown = self._shown(window)
+                # Its latest nod in the conversation the model was shown: the one its next nod must not be again.
+                mine = (m.text for m in reversed(shown) if m.author_id == self.persona.id and m.tier is Tier.AIZUCHI)
+                again = nod_repeats(text, last_nod=next(mine, None), answering=window[-1].text if window else None)
+            else:
+                again = repeats(text, [*(m.text for m in window), *self.own_lines])
+            if not text or again:
                 runtime.stats.wasted += 1
                 _log.info("persona=%s: dropped a repeat or empty reply: %r", self.persona.id, text)
                 return False

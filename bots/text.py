@@ -1,4 +1,19 @@
-"""What a persona's text must be before it is posted: no pings, no name prefix, within its tier, not a repeat."""
+"""What a persona's text must be before it is posted: no pings, no name prefix, within its tier, not a repeat.
+
+The no-repeat rule, one rule for the runtime (what it drops before posting) and the scripted stand-in (what it
+chooses), by tier:
+
+- A remark (``remark`` or ``long``) says something, so it must not say again what a line shown said (the
+  conversation window), nor one of the persona's own last ``bots.prompt.OWN_LINES`` lines, nods included
+  (:func:`repeats`).
+- A nod (``aizuchi``) is not a sentence: saying "Hm." or "🙂" again is what people do. It is exempt from the
+  30-line rule, and from what others said in the window; it repeats only when it is the persona's own previous
+  nod again (not the same nod twice running, whatever it said in between) or the words of the message it answers
+  (an echo, not a nod) (:func:`nod_repeats`).
+
+Both compare lines by :func:`line_key`: words without case, width or punctuation; a line of emoji only by its
+emoji, each its own (👍 and 🙂 differ, 👍 and 👍🏽 do not).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +28,16 @@ from arbiter.contract import display_length
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-__all__ = ("clean_reply", "cut_to_length", "has_mention", "is_emoji", "neutralize_mentions", "repeats")
+__all__ = (
+    "clean_reply",
+    "cut_to_length",
+    "has_mention",
+    "is_emoji",
+    "line_key",
+    "neutralize_mentions",
+    "nod_repeats",
+    "repeats",
+)
 
 # Discord's mention syntax: users <@123> / <@!123>, roles <@&123>, and the mass pings.
 _MENTION_TOKENS = re.compile(r"<@[!&]?\d+>")
@@ -172,10 +196,11 @@ def _without_dangling_words(head: str) -> str:
 
 # Each line is compared with every line of a persona's window and its own recent lines, at each of its turns: the
 # same few hundred lines over and over.
-@functools.lru_cache(maxsize=1024)
-def _normal(text: str) -> str:
-    """The words of ``text`` without case, width or punctuation; for a line of emoji only, its emoji (a nod of
-    👍 says something, and says the same as another 👍)."""
+@functools.lru_cache(maxsize=4096)
+def line_key(text: str) -> str:
+    """What ``text`` says, to tell repeats by: its words without case, width or punctuation; for a line of emoji
+    only, its emoji without skin tones or joiners (a nod of 👍 says something, the same as another 👍 and not the
+    same as 🙂). Empty for a line that says nothing (only punctuation, or nothing at all)."""
     folded = unicodedata.normalize("NFKC", text).casefold()
     words = "".join(char for char in folded if char.isalnum())
     if words or not is_emoji(folded):
@@ -184,17 +209,26 @@ def _normal(text: str) -> str:
 
 
 def repeats(text: str, earlier: Iterable[str]) -> bool:
-    """Whether ``text`` says again what one of ``earlier`` said: the same words, or nearly so for longer lines."""
-    normal = _normal(text)
+    """Whether ``text`` says again what one of ``earlier`` said: the same words, or nearly so for longer lines.
+    A line that says nothing counts as a repeat. The rule for a remark (see the module's docstring)."""
+    normal = line_key(text)
     if not normal:
         return True
     for other in earlier:
-        other_normal = _normal(other)
+        other_normal = line_key(other)
         if normal == other_normal:
             return True
         if min(len(normal), len(other_normal)) >= 12 and _nearly_same(normal, other_normal):
             return True
     return False
+
+
+def nod_repeats(text: str, *, last_nod: str | None, answering: str | None) -> bool:
+    """Whether the nod ``text`` says again what a nod must not (see the module's docstring): ``last_nod``, the
+    persona's own previous nod (None when it has not nodded lately), or ``answering``, the message it nods to.
+    Anything else may come again: a nod is exempt from the rule of a persona's last 30 lines. A nod that says
+    nothing counts as a repeat, as for :func:`repeats`."""
+    return repeats(text, [line for line in (last_nod, answering) if line is not None])
 
 
 def _nearly_same(a: str, b: str) -> bool:

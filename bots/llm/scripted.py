@@ -7,10 +7,12 @@ welcome, a goodbye with a goodbye, a question put to it with an answer (simple a
 statement with a remark, a question for everyone, or a line built on a word of the message ("Sourdough? ...").
 The lines come from the persona file's sets (``samples``), then from small generic sets in its language.
 
-It never says one of its own last ``recent_window`` lines again (nor the same echo template), nor a line
-present in the turns it was shown. Its requests cost nothing: every usage it reports is zero tokens, so it
-never spends a channel's daily token budget. :func:`estimate_prompt_tokens` says what a request's prompt
-would cost a real model.
+It keeps the runtime's no-repeat rule (:mod:`bots.text`): a remark is never one of its own last ``recent_window``
+lines (nor the same echo template), nor a line present in the turns it was shown; a nod is not a sentence and may
+come again, only not as its previous nod nor as the words of the message it answers, so it keeps choosing among all
+of a persona's nods (emoji too) however long it runs. Its requests cost nothing: every usage it reports is zero
+tokens, so it never spends a channel's daily token budget. :func:`estimate_prompt_tokens` says what a request's
+prompt would cost a real model.
 
 :meth:`ScriptedProvider.complete` also plays the reference design's tool loop: offered ``history``, ``status``
 and ``consume`` tools, it calls them in that order (one per call, as a model following the reference's
@@ -27,7 +29,6 @@ is made exactly as before.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import random
 import re
@@ -58,7 +59,7 @@ from bots.llm.base import (
     decision_tool,
 )
 from bots.prompt import NEW_SINCE_NOTES, NOTES_HEADER
-from bots.text import repeats
+from bots.text import line_key, nod_repeats, repeats
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -271,6 +272,7 @@ class _Said:
 
     keys: frozenset[str]
     lines: tuple[str, ...]
+    own: tuple[str, ...] = ()  # its own lines in the conversation shown, oldest first
 
 
 class ScriptedProvider(ChatProvider):
@@ -302,7 +304,9 @@ class ScriptedProvider(ChatProvider):
     ) -> None:
         self.name = "scripted"
         own = (*aizuchi, *remarks)
-        self.language: Language = language or ("ja" if any(_wide(char) for line in own for char in line) else "en")
+        # Wide letters (kana, kanji) make it Japanese; wide emoji do not.
+        wide_letters = any(_wide(char) and char.isalpha() for line in own for char in line)
+        self.language: Language = language or ("ja" if wide_letters else "en")
         generic = GENERIC[self.language]
         self.lines = Lines(
             aizuchi=_clean(aizuchi) or generic.aizuchi,
@@ -451,7 +455,7 @@ class ScriptedProvider(ChatProvider):
             return None
 
         if action == "aizuchi":
-            return choose([(line,) for line in first_fresh(self._nod_pools(cue))])
+            return self._pick_nod(limit, cue, self._last_nod(said), relaxed=relaxed)
         firsts = first_fresh(self._remark_pools(cue))
         if action == "long" and firsts:
             # A long remark is a line and a follow-up run together; the line alone will do when no pair fits.
@@ -468,6 +472,29 @@ class ScriptedProvider(ChatProvider):
             if chosen is not None:
                 return chosen
         return choose([(line,) for line in firsts])
+
+    def _last_nod(self, said: _Said) -> str | None:
+        """Its latest nod in the conversation shown (the newest of its own lines there that is one of its nods): as
+        the runtime judges, per channel, whatever it said elsewhere since."""
+        nods = {_key(line.text) for pool in self._nod_pools(_Cue()) for line in pool}
+        return next((line for line in reversed(said.own) if _key(line) in nods), None)
+
+    def _pick_nod(
+        self, limit: int | None, cue: _Cue, last_nod: str | None, *, relaxed: bool
+    ) -> tuple[_Line, ...] | None:
+        """A nod from the first pool with one that fits: at random among all of them, any said before included,
+        but not one that :func:`bots.text.nod_repeats` (its previous nod, or an echo of the message it answers)."""
+
+        def usable(line: _Line) -> bool:
+            return (limit is None or display_length(line.text) <= limit) and (
+                relaxed or not nod_repeats(line.text, last_nod=last_nod, answering=cue.text or None)
+            )
+
+        for pool in self._nod_pools(cue):
+            lines = [line for line in dict.fromkeys(pool) if usable(line)]
+            if lines:
+                return (self._rng.choice(lines),)
+        return None
 
     # Where each move's lines come from, best first: the first pool with a fresh line that fits is used.
 
@@ -862,11 +889,10 @@ def _clean(lines: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(line.strip() for line in lines if line.strip()))
 
 
-@functools.lru_cache(maxsize=4096)
 def _key(text: str) -> str:
-    # As the runtime compares lines for repeats: width and case folded, punctuation and spaces ignored, so
-    # "たしかに!" and "たしかに。" are the same line.
-    return "".join(char for char in unicodedata.normalize("NFKC", text).casefold() if char.isalnum())
+    # As the runtime compares lines for repeats (bots.text): width and case folded, punctuation and spaces ignored,
+    # so "たしかに!" and "たしかに。" are the same line; a line of emoji only is its emoji, so "👍" and "🙂" are not.
+    return line_key(text)
 
 
 def _keys(line: _Line) -> tuple[str, ...]:
@@ -894,17 +920,23 @@ def _spoken(turns: tuple[Turn, ...]) -> _Said:
     """Every line said in the turns, with and without a speaker in front ("Name: ", "[Name] "), to keep clear of."""
     keys: set[str] = set()
     lines: list[str] = []
+    own: list[str] = []
     for turn in turns:
         for line in turn.text.splitlines():
             line = line.strip()  # noqa: PLW2901 - the same line, tidied
             keys.add(_key(line))
-            match = _TRANSCRIPT_LINE.match(line) or _PLAIN_LINE.match(line)
+            transcript = _TRANSCRIPT_LINE.match(line)
+            if transcript is not None and transcript.group("mark") == "you":
+                own.append(transcript.group("text"))
+            elif turn.role == "assistant" and line:
+                own.append(line)  # a chat's own turns: what it said
+            match = transcript or _PLAIN_LINE.match(line)
             lines.append(match.group("text") if match is not None else line)
             for mark in (": ", "：", "] "):
                 if mark in line:
                     keys.add(_key(line.split(mark, 1)[1]))
     keys.discard("")
-    return _Said(frozenset(keys), tuple(lines))
+    return _Said(frozenset(keys), tuple(lines), tuple(own))
 
 
 def _loop_so_far(turns: tuple[Turn, ...]) -> tuple[list[ToolCall], dict[str, ToolResult]]:

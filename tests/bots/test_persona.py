@@ -15,6 +15,7 @@ import tomli_w
 
 from bots.check import check_personas
 from bots.persona import PersonaError, load_persona, load_personas
+from bots.text import is_emoji
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "personas"
@@ -209,8 +210,9 @@ def test_the_shipped_personas_pass_the_check() -> None:
 
 
 def test_the_shipped_personas_have_lines_enough_for_a_long_run() -> None:
-    # A persona posts about 40 lines in a long run and never repeats one of its last 30: with about 16 nods, 16
-    # remarks and its per-kind sets and echoes it need not fall back on generic lines.
+    # A persona posts about 40 lines in a long run and never repeats a remark of its last 30: with 16 remarks and
+    # its per-kind sets and echoes it need not fall back on generic lines. Nods may come again (only not twice
+    # running), so about 16 keep them varied rather than fresh.
     for persona in load_personas(SHIPPED):
         samples = persona.samples
         assert len(samples.aizuchi) >= 16, persona.id
@@ -219,6 +221,20 @@ def test_the_shipped_personas_have_lines_enough_for_a_long_run() -> None:
             assert len(getattr(samples, name)) >= 5, f"{persona.id}: samples.{name}"
         every = [line for name in type(samples).model_fields for line in getattr(samples, name)]
         assert len(every) == len(set(every)), f"{persona.id}: a line appears twice"
+
+
+def test_a_shipped_persona_nods_with_emoji_reactions_and_has_emoji_nods_to_react_with() -> None:
+    # Nods are text messages unless a persona file opts into reactions (README, "Personas"); one shipped persona
+    # does, so the demo shows both. Opting in with no nod that is only emoji would never react.
+    personas = load_personas(SHIPPED)
+    reacting = [persona for persona in personas if persona.react_with_emoji]
+
+    assert reacting
+    assert len(reacting) < len(personas)  # the others nod in text
+    for persona in reacting:
+        emoji = [line for line in persona.samples.aizuchi if is_emoji(line)]
+        assert len(emoji) >= 3, persona.id
+        assert len(emoji) < len(persona.samples.aizuchi), persona.id  # words too: not every nod fits a reaction
 
 
 # --- the check's cross-file rules --------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from arbiter.contract import display_length
-from bots.text import clean_reply, cut_to_length, has_mention, neutralize_mentions, repeats
+from bots.text import clean_reply, cut_to_length, has_mention, line_key, neutralize_mentions, nod_repeats, repeats
 
 NAMES = ("Aoi", "あおい")
 # What Discord turns into a ping, written independently of bots.text.
@@ -219,3 +219,56 @@ def test_a_cut_never_empties_a_reply_or_ends_in_an_ellipsis(text: str, limit: in
 )
 def test_repeats(text: str, earlier: list[str], repeated: bool) -> None:
     assert repeats(text, earlier) is repeated
+
+
+@pytest.mark.parametrize(
+    ("text", "last_nod", "answering", "repeated"),
+    [
+        pytest.param("Hm.", "Hm.", "I moved to Osaka.", True, id="its-previous-nod-again"),
+        pytest.param("hm!", "Hm.", None, True, id="its-previous-nod-in-other-case-and-punctuation"),
+        pytest.param("👍🏽", "👍", None, True, id="its-previous-emoji-in-another-skin-tone"),
+        pytest.param("🙂", "👍", "I moved to Osaka.", False, id="another-emoji-than-its-previous-nod"),
+        pytest.param("👍", "Hm.", "I moved to Osaka.", False, id="an-emoji-after-a-word"),
+        pytest.param("No way!", "Hm.", "no way", True, id="an-echo-of-the-message-it-answers"),
+        pytest.param("🙂", "Hm.", "🙂", True, id="an-emoji-echo-of-the-message-it-answers"),
+        pytest.param("Fair.", None, None, False, id="no-nod-yet"),
+        pytest.param("", None, None, True, id="nothing-to-say"),
+        pytest.param("...", "Hm.", "So?", True, id="only-punctuation"),
+    ],
+)
+def test_nod_repeats(text: str, last_nod: str | None, answering: str | None, repeated: bool) -> None:
+    assert nod_repeats(text, last_nod=last_nod, answering=answering) is repeated
+
+
+OWN_LINES = ["Hm.", "🙂", "I'd want to see the numbers first.", "👍", "Fair.", "Rollbacks are the real test."]
+
+
+@pytest.mark.parametrize("text", ["Hm.", "🙂", "👍"])
+def test_a_line_among_its_last_30_repeats_as_a_remark_but_not_as_a_nod(text: str) -> None:
+    # A nod is not a sentence: "Hm." or 🙂 again is what people do, so only a remark keeps the 30-line rule.
+    assert repeats(text, OWN_LINES)
+    assert not nod_repeats(text, last_nod=OWN_LINES[-2], answering="The deploy went fine.")
+
+
+def test_a_nod_may_repeat_a_line_the_window_shows_but_a_remark_may_not() -> None:
+    window = ["Yui: I baked bread.", "Right!", "Yui: It took six hours."]
+    assert repeats("Right!", window)
+    assert not nod_repeats("Right!", last_nod=None, answering=window[-1])
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        pytest.param("👍", "🙂", False, id="two-emoji-differ"),
+        pytest.param("👍", "👍🏽", True, id="a-skin-tone-is-the-same-emoji"),
+        pytest.param("たしかに!", "たしかに。", True, id="punctuation-and-width-ignored"),
+        pytest.param("Fair.", "fair", True, id="case-ignored"),
+    ],
+)
+def test_line_key(a: str, b: str, same: bool) -> None:
+    assert line_key(a)
+    assert (line_key(a) == line_key(b)) is same
+
+
+def test_a_line_that_says_nothing_has_an_empty_key() -> None:
+    assert line_key("...") == line_key("") == ""

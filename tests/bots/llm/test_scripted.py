@@ -1,8 +1,10 @@
 """The scripted provider: it answers what was said, by kind, in the persona's language; deterministic for a seed,
-never repeating its last 30 lines, costing no tokens, and able to play the tool loop."""
+never repeating a remark of its last 30 lines nor its previous nod, costing no tokens, and able to play the tool
+loop."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import time
@@ -32,7 +34,7 @@ from bots.llm.base import decision_tool
 from bots.llm.scripted import GENERIC, arithmetic, content_word
 from bots.persona import load_persona
 from bots.prompt import persona_prompt, rules_prompt, transcript_turn
-from bots.text import repeats
+from bots.text import is_emoji, nod_repeats, repeats
 from tests.support.status import status_for
 
 if TYPE_CHECKING:
@@ -319,25 +321,101 @@ SCRIPT_JA = [
 
 @pytest.mark.parametrize("persona_id", ["rin", "theo", "juno", "hana", "mio", "sora"])
 @pytest.mark.parametrize("seed", range(2))
-async def test_over_a_long_run_it_never_repeats_one_of_its_last_30_lines(persona_id: str, seed: int) -> None:
+async def test_over_a_long_run_no_remark_repeats_its_last_30_lines_and_no_nod_its_last_nod(
+    persona_id: str, seed: int
+) -> None:
+    # bots.text's rule, by tier: a remark is never one of its own last 30 lines (nods included) nor a line shown;
+    # a nod may come again, only not as its previous nod nor as the words of the message it answers.
     persona = shipped(persona_id)
     provider = ScriptedProvider.for_persona(persona, seed=seed)
     room = Room(persona)
     script = SCRIPT_JA if persona.language == "ja" else SCRIPT
     said: list[str] = []
+    last_nod: str | None = None
     for index in range(120):
         text, to_it = script[index % len(script)]
+        text = text.replace("{name}", persona.display_name)
         tier = ("aizuchi", "remark", "aizuchi", "long", "remark")[index % 5]
-        request = room.request(text.replace("{name}", persona.display_name), to_it=to_it, tier=tier)
+        request = room.request(text, to_it=to_it, tier=tier)
         shown = [m.text for m in room.window]
         decision = (await provider.decide(request)).decision
         if decision.action == "pass":
             continue
-        assert not repeats(decision.text, said[-30:]), f"{decision.text!r} repeats one of {said[-30:]}"
-        assert decision.text not in shown
+        if decision.action == "aizuchi":
+            assert not nod_repeats(decision.text, last_nod=last_nod, answering=text), (decision.text, last_nod, text)
+            last_nod = decision.text
+        else:
+            assert not repeats(decision.text, said[-30:]), f"{decision.text!r} repeats one of {said[-30:]}"
+            assert decision.text not in shown
         said.append(decision.text)
         room._add(persona.id, AuthorKind.PERSONA, persona.display_name, decision.text, [])
-    assert len(said) >= 110  # it found something fresh nearly every time
+    assert len(said) >= 110  # it found something to say nearly every time
+
+
+EMOJI_NODS = ("🙂", "👍", "👀", "Hm.", "Fair.", "Sure.")
+
+
+@pytest.mark.parametrize("seed", range(3))
+async def test_over_200_nods_it_keeps_choosing_among_all_of_its_nods_emoji_included(seed: int) -> None:
+    # Its own nods shown in the turns, said within its last 30 lines: none is used up, each keeps coming up (an
+    # emoji is not a line of no words that every other emoji repeats), and no nod comes twice running.
+    provider = ScriptedProvider(EMOJI_NODS, REMARKS, seed=seed, language="en")
+
+    said = await converse(provider, 240, actions=("aizuchi",))
+
+    nods = [text for action, text in said if action == "aizuchi"][:200]
+    assert len(nods) == 200
+    assert set(nods) == set(EMOJI_NODS)  # its own, never a generic one
+    for quarter in range(4):
+        assert set(nods[quarter * 50 : (quarter + 1) * 50]) == set(EMOJI_NODS), f"quarter {quarter}"
+    counts = Counter(nods)
+    assert min(counts.values()) >= 200 / len(EMOJI_NODS) / 2, counts  # about a sixth each
+    assert all(a != b for a, b in itertools.pairwise(nods))
+
+
+NEWS = [
+    "I baked sourdough yesterday.",
+    "The new library downtown opened today.",
+    "My bike got a flat tyre on the bridge.",
+    "We repainted the kitchen green.",
+]
+
+
+@pytest.mark.parametrize("seed", range(3))
+async def test_rin_keeps_nodding_with_all_of_her_nods_in_the_room_her_emoji_too(seed: int) -> None:
+    # The shipped persona that reacts with emoji on Discord, nodding 200 times to Yui's news as the runtime asks.
+    rin = shipped("rin")
+    provider = ScriptedProvider.for_persona(rin, seed=seed)
+    room = Room(rin)
+
+    nods = [await room.ask(provider, NEWS[index % len(NEWS)], tier="aizuchi") for index in range(200)]
+
+    counts = Counter(nods)
+    assert set(counts) == set(rin.samples.aizuchi)  # every one of hers, never a generic one
+    emoji = [line for line in rin.samples.aizuchi if is_emoji(line)]
+    assert len(emoji) >= 3
+    assert all(counts[line] >= 4 for line in emoji), counts  # about 200 / 19 each
+    assert all(a != b for a, b in itertools.pairwise(nods))
+
+
+async def test_a_nod_is_not_the_message_it_answers_nor_its_previous_nod_again() -> None:
+    provider = ScriptedProvider(["Right!", "I see.", "Sure."], REMARKS, seed=1)
+    # Its previous nod is in the conversation shown (whatever it said elsewhere since: the rule is per conversation);
+    # another's "Sure." earlier on is no bar to a nod.
+    turns = (Turn("user", "Mio: Sure."), Turn("assistant", "I see."), Turn("user", "Mio: Right!"))
+
+    nods = [
+        (
+            await provider.decide(DecisionRequest(system=SYSTEM, turns=turns, actions=("aizuchi",), allow_pass=False))
+        ).decision.text
+        for _ in range(20)
+    ]
+
+    assert nods == ["Sure."] * 20  # not an echo of what it answers, nor its previous nod again
+
+
+def test_the_language_is_not_guessed_japanese_from_wide_emoji() -> None:
+    assert ScriptedProvider(["🙂", "👍", "Hm."], ["Sure, why not."], seed=0).language == "en"
 
 
 async def test_the_same_seed_gives_the_same_conversation() -> None:
@@ -383,12 +461,12 @@ async def test_offered_a_claimed_tier_it_nearly_always_speaks_in_it(offered: tup
     ],
     ids=["turn per line", "one transcript"],
 )
-async def test_a_line_already_in_the_conversation_is_never_said(turns: tuple[Turn, ...]) -> None:
+async def test_a_remark_already_in_the_conversation_is_never_said(turns: tuple[Turn, ...]) -> None:
     provider = ScriptedProvider(["Right!", "I see.", "Sure."], ["The queue is the worst part.", "Ramen!"], seed=1)
 
     for _ in range(20):
         result = await provider.decide(DecisionRequest(system=SYSTEM, turns=turns, actions=("aizuchi", "remark")))
-        assert result.decision.text not in ("Right!", "The queue is the worst part.")
+        assert result.decision.text != "The queue is the worst part."
 
 
 async def test_an_echo_template_someone_else_just_used_is_not_used_again() -> None:
@@ -672,13 +750,30 @@ async def test_the_tool_loop_retries_a_refused_spend_once_cheaper() -> None:
             assert cost[1] < cost[0]
 
 
-async def test_the_tool_loop_skips_lines_the_history_already_has() -> None:
-    fake = FakeTools(level=100, history=tuple(AIZUCHI[:-1]))
+async def test_the_tool_loop_skips_remarks_the_history_already_has() -> None:
+    fake = FakeTools(level=100, history=tuple(REMARKS[:-1]))
+    said: list[str] = []
     for seed in range(20):
         fake.calls.clear()
         await run_loop(scripted(seed=seed), OUR_TOOLS, fake)
-        spoken = [arguments["text"] for name, arguments in fake.calls if name == "consume"]
-        assert not set(spoken) & set(AIZUCHI[:-1])
+        said += [
+            arguments["text"] for name, arguments in fake.calls if name == "consume" and arguments["tier"] != "aizuchi"
+        ]
+
+    assert len(said) >= 10
+    assert not any(line in text for text in said for line in REMARKS[:-1])
+
+
+async def test_the_tool_loop_nods_what_the_history_has_but_never_echoes_its_latest_message() -> None:
+    fake = FakeTools(level=30, history=tuple(AIZUCHI[:-1]))  # 30 affords only a nod
+    nods: Counter[str] = Counter()
+    for seed in range(20):
+        fake.calls.clear()
+        await run_loop(scripted(seed=seed), OUR_TOOLS, fake)
+        nods.update(arguments["text"] for name, arguments in fake.calls if name == "consume")
+
+    assert AIZUCHI[-2] not in nods  # the message it answers
+    assert len(set(nods) & set(AIZUCHI[:-2])) >= 3  # others' nods further back may come again
 
 
 async def test_the_tool_loop_answers_the_latest_message_in_the_history() -> None:
