@@ -253,7 +253,13 @@ async def _discord_personas(
         try:
             reasons = await _until_all_stop(tasks, fleet)
         finally:
-            await _disconnect({task: clients[persona.id] for task, persona in tasks.items()})
+            try:
+                # The personas stop first, while their bots are still on Discord: a speech the arbiter granted is
+                # posted (a bot closed first would leave it unsaid), and every claim is given back.
+                for runtime in fleet.runtimes.values():
+                    await runtime.close()
+            finally:
+                await _disconnect({task: clients[persona.id] for task, persona in tasks.items()})
         raise FleetStopped(f"every persona bot has stopped ({'; '.join(reasons)})")
 
 

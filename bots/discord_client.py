@@ -92,6 +92,8 @@ class PersonaClient(discord.AutoShardedClient):
             _log.warning("persona=%s cannot list channels: %s", self.runtime.persona.id, error)
             return
         for channel in listed.channels:
+            if self.runtime.closed:
+                return  # stopping: the bot leaves Discord next
             channel_id = channel.channel_id
             # Other channels (local rooms, say) have ids that are not Discord snowflakes.
             if not channel.enabled or not channel_id.isdigit() or channel_id in self.runtime.channels:

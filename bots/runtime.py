@@ -19,7 +19,7 @@ import logging
 import random
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, assert_never
+from typing import TYPE_CHECKING, Any, assert_never
 
 from arbiter import contract as wire
 from arbiter.contract import Tier
@@ -34,7 +34,7 @@ from bots.prompt import OWN_LINES, persona_prompt, rules_prompt, transcript_turn
 from bots.text import clean_reply, is_emoji, nod_repeats, repeats
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterable
+    from collections.abc import Awaitable, Callable, Coroutine, Iterable
 
     from bots.arbiter_client import ArbiterClient
     from bots.llm.base import ChatProvider, ToolSpec
@@ -218,6 +218,7 @@ class PersonaRuntime:
         self._owns_follower = follower is None
         self.follower = follower or personas_stream(arbiter, name=f"persona={persona.id}", config=config, sleep=sleep)
         self._workers: dict[str, ChannelWorker] = {}
+        self.closed = False  # stopped: it takes part nowhere any more
         self._errors_in_a_row = 0
         self._backoff_until = 0.0
 
@@ -249,6 +250,7 @@ class PersonaRuntime:
     async def close(self) -> None:
         """Stop every worker; claims in flight are released on the way out. (A stream shared with other personas
         goes on: it is theirs to close.)"""
+        self.closed = True
         if self._owns_follower:
             await self.follower.close()
         workers, self._workers = list(self._workers.values()), {}
@@ -296,6 +298,7 @@ class ChannelWorker:
         "_replanned",
         "_retry",
         "_second_look",
+        "_settling",
         "_speaking",
         "_task",
         "_turning",
@@ -324,6 +327,8 @@ class ChannelWorker:
         self._turning = False
         self._held: str | None = None  # claim id while one is held
         self._speaking: asyncio.Task[bool] | None = None  # a speech sent, until it is posted (or retracted)
+        # A claim or a release sent, until the arbiter has answered it and any claim it granted is given back.
+        self._settling: asyncio.Future[None] | None = None
         self._second_look: int | None = None  # seq a quiet persona will look at once more after a pause
         self._intent: tuple[int, Tier] | None = None  # (thread's seq, tier) it waits for the pool to afford
         self._floor_wait = False  # waiting while another persona has the floor
@@ -394,10 +399,12 @@ class ChannelWorker:
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        if self._speaking is not None:
-            # A speech already sent is seen through: what the arbiter granted is posted (or retracted), never left
-            # in the history unsaid.
-            await asyncio.gather(self._speaking, return_exceptions=True)
+        # What was already sent is seen through: a speech the arbiter granted is posted (or retracted), never left in
+        # the history unsaid; a claim or a release on its way is settled, so that no claim keeps its cost from the
+        # others until it lapses.
+        for under_way in (self._speaking, self._settling):
+            if under_way is not None:
+                await asyncio.gather(under_way, return_exceptions=True)
         if self._held is not None:
             await self._release(self._held)
 
@@ -656,7 +663,13 @@ class ChannelWorker:
         runtime = self.runtime
         notes = not self._memory_read  # its notes come with its first granted claim here
         request = wire.ClaimRequest(tier=tier, based_on_seq=based_on, notes=notes)
-        result = await runtime.arbiter.claim(self.channel_id, request)
+        sent = asyncio.ensure_future(runtime.arbiter.claim(self.channel_id, request))
+        try:
+            result = await asyncio.shield(sent)
+        except asyncio.CancelledError:
+            # Stopped with the claim on its way: the arbiter may grant it all the same, and it is then given back.
+            self._settle(self._give_back_if_granted(sent))
+            raise
         runtime.stats.claims += 1
         if result.granted and result.claim is not None:
             if notes and not self._memory_read:
@@ -882,29 +895,64 @@ class ChannelWorker:
         return await platform.post(self.channel_id, text)
 
     async def _release(self, claim_id: str) -> None:
-        """Give the claim back, with the notes the turn updated (if any)."""
+        """Give the claim back, with the notes the turn updated (if any). Once sent, the release is seen through even
+        if the persona is stopped meanwhile (``close`` waits for it)."""
         self._held = None
         memory, self._new_memory = self._new_memory, None
+        releasing = self._settle(self._give_back(claim_id, memory))
         try:
-            try:
-                await asyncio.shield(self.runtime.arbiter.release(self.channel_id, claim_id, memory))
-            except ArbiterRejected as error:
-                if memory is None or not (error.field or "").startswith("memory"):
-                    raise
-                # Notes the arbiter will not take must not keep the claim: give it back without them.
-                _log.warning("persona=%s: notes refused (%s); releasing without them", self.persona.id, error)
-                memory = None
-                await asyncio.shield(self.runtime.arbiter.release(self.channel_id, claim_id))
-        except (BotError, asyncio.CancelledError) as error:
+            await asyncio.shield(releasing)
+        except asyncio.CancelledError:
+            _log.info("persona=%s: stopped while giving claim %s back; the release goes on", self.persona.id, claim_id)
+            raise
+
+    def _settle(self, work: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
+        """Run ``work`` (a claim or a release already sent) to its end whatever happens to the turn that sent it."""
+        self._settling = settling = asyncio.ensure_future(work)
+        settling.add_done_callback(self._settled)
+        return settling
+
+    def _settled(self, settling: asyncio.Future[None]) -> None:
+        if self._settling is settling:
+            self._settling = None
+
+    async def _give_back_if_granted(self, sent: asyncio.Future[wire.ClaimResult]) -> None:
+        try:
+            result = await sent
+        except BotError:
+            return  # not granted, or no answer: a claim the arbiter granted unheard lapses at its time-to-live
+        if result.granted and result.claim is not None:
+            await self._give_back(result.claim.claim_id, None)
+
+    async def _give_back(self, claim_id: str, memory: wire.MemoryUpdate | None) -> None:
+        try:
+            kept = await self._send_release(claim_id, memory)
+        except BotError as error:
             if isinstance(error, ArbiterRejected) and error.code == "claim_closed":
                 # Settled meanwhile (spoken, or lapsed at its time-to-live): nothing to give back.
                 _log.info("persona=%s: claim %s was settled before its release: %s", self.persona.id, claim_id, error)
             else:
                 # The claim lapses at its time-to-live anyway; the arbiter never keeps it.
-                _log.warning("persona=%s: could not release claim %s: %s", self.persona.id, claim_id, error)
+                why = str(error) or type(error).__name__
+                _log.warning("persona=%s: could not release claim %s: %s", self.persona.id, claim_id, why)
             return
-        if memory is not None:
-            self.memory = memory
+        if kept is not None:
+            self.memory = kept
+
+    async def _send_release(self, claim_id: str, memory: wire.MemoryUpdate | None) -> wire.MemoryUpdate | None:
+        """Release the claim with ``memory``; the notes the arbiter kept (None if it would not take them)."""
+        try:
+            await self.runtime.arbiter.release(self.channel_id, claim_id, memory)
+        except ArbiterRejected as error:
+            if memory is None or not (error.field or "").startswith("memory"):
+                raise
+            # Notes the arbiter will not take must not keep the claim: give it back without them. (Notes on a history
+            # cleared meanwhile are no surprise: the clear was heard of after they were made.)
+            log = _log.info if error.code == "history_cleared" else _log.warning
+            log("persona=%s: notes refused (%s); releasing without them", self.persona.id, error)
+            await self.runtime.arbiter.release(self.channel_id, claim_id)
+            return None
+        return memory
 
     async def _provider_failed(self, error: LLMError) -> None:
         """Back off; what the failed call spent (if the API answered at all) still counts."""

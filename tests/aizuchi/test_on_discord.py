@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import pytest
 
-from tests.discord.conftest import CREW_ROLE, build_world
+from tests.discord.conftest import build_world
 from tests.support.fake_discord import FakeDiscord, Overwrite, Perm
 from tests.support.fleet import eventually
 from tests.support.llm_server import FakeLLMServer
-from tests.support.process import Aizuchi, dotenv
+from tests.support.owner import ADMIN, LISTENING, enabled, follows, write_dotenv
+from tests.support.process import Aizuchi
 from tests.support.room import ROOM_PERSONAS
 
 if TYPE_CHECKING:
@@ -33,9 +34,6 @@ if TYPE_CHECKING:
 
     from tests.discord.conftest import World
     from tests.support.fake_discord import FakeBot, FakeChannel, FakeMessage
-
-ADMIN = "admin-token-for-the-owner-0123456789"
-LISTENING = r"arbiter listening on (http://127\.0\.0\.1:\d+);"
 
 
 @pytest.fixture
@@ -48,40 +46,6 @@ async def fake() -> AsyncIterator[FakeDiscord]:
 @pytest.fixture
 def world(fake: FakeDiscord) -> World:
     return build_world(fake, ROOM_PERSONAS)
-
-
-def write_dotenv(workdir: Path, fake: FakeDiscord, world: World, **overrides: object) -> None:
-    """The owner's .env: the README's Discord settings, every token in it, and where Discord is."""
-    variables: dict[str, object] = {
-        "ARBITER_DATABASE_URL": f"sqlite:///{workdir / 'aizuchi.db'}",
-        "ARBITER_PORT": 0,
-        "ARBITER_ADMIN_TOKEN": ADMIN,
-        "ARBITER_DISCORD_TOKEN": world.arbiter.token,
-        "ARBITER_DISCORD_GUILDS": json.dumps([world.guild.id]),
-        "ARBITER_MODERATOR_ROLE": CREW_ROLE,
-        **{f"{pid.upper()}_DISCORD_TOKEN": bot.token for pid, bot in world.personas.items()},
-        "AIZUCHI_PERSONAS": ",".join(ROOM_PERSONAS),
-        "AIZUCHI_DISCORD_API_URL": fake.api_base,
-        "AIZUCHI_DISCORD_GATEWAY_URL": fake.gateway_url,
-        **overrides,
-    }
-    (workdir / ".env").write_text(dotenv({name: value for name, value in variables.items() if value is not None}))
-
-
-async def enabled(fleet: Aizuchi, fake: FakeDiscord, world: World, channel: FakeChannel | None = None) -> None:
-    """The fleet is up, a moderator has enabled the channel, and every running persona follows it."""
-    channel = channel or world.lounge
-    await fleet.wait_for(LISTENING)
-    await fake.wait_until(lambda: fake.registered(world.arbiter, world.guild), within=20.0, what="slash commands")
-    await fake.wait_connected(world.arbiter, within=20.0)
-    answer = await fake.invoke(world.mod, channel, "aizuchi enable")
-    assert answer.content == "aizuchi is on in this channel."
-    # The personas come to a newly enabled channel when someone speaks there.
-    await fake.human_says(channel, world.member, "hello everyone")
-
-
-async def follows(fleet: Aizuchi, persona_id: str, channel: FakeChannel) -> None:
-    await fleet.wait_for(f"persona={persona_id} takes part in channel {channel.id}", "stderr")
 
 
 async def answer_from(world: World, persona: str, after: FakeMessage, within: float = 20.0) -> FakeMessage:

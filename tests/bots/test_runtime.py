@@ -9,6 +9,7 @@ condition with a deadline.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -447,6 +448,55 @@ async def test_closing_the_runtime_mid_generation_releases_the_claim(live: Live)
     assert await pool_full(live)
     assert live.room.posts == []
     assert persona_lines(await live.history(CHANNEL)) == []
+
+
+async def test_closing_the_runtime_while_a_claim_is_on_its_way_gives_back_what_the_arbiter_grants(
+    live: Live, caplog: pytest.LogCaptureFixture
+) -> None:
+    aoi = make_persona("aoi")
+    provider = scripted(aoi)
+    runtime = await live.start(aoi, provider, CHANNEL)
+    gate = live.log.hold("POST", "claims")
+
+    await live.say(CHANNEL, "Aoi, a quick one?")
+    await eventually(lambda: ("POST", "claims") in live.log.of("aoi"), what="the claim sent")
+    closing = asyncio.create_task(runtime.close())
+    await asyncio.sleep(0.1)
+    gate.set()  # the arbiter gets the claim only now, after the persona was told to stop, and grants it
+    await asyncio.wait_for(closing, 5)
+
+    assert live.log.of("aoi")[-2:] == [("POST", "claims"), ("DELETE", "claims")]
+    assert await claim_of(live, "aoi") is None
+    assert await pool_full(live)
+    assert provider.calls == 0
+    assert not [r for r in caplog.records if r.levelname in ("WARNING", "ERROR")], caplog.text
+
+
+async def test_closing_the_runtime_while_it_gives_a_claim_back_waits_for_the_release(
+    live: Live, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "bots.runtime")
+    aoi = make_persona("aoi")
+    provider = scripted(aoi)
+    provider.fail_next(LLMUnavailable("the model is down"))  # the turn ends in a release
+    runtime = await live.start(aoi, provider, CHANNEL)
+    gate = live.log.hold("DELETE", "claims")
+
+    await live.say(CHANNEL, "Aoi, anything?")
+    await eventually(lambda: ("DELETE", "claims") in live.log.of("aoi"), what="the release sent")
+    closing = asyncio.create_task(runtime.close())
+    await asyncio.sleep(0.1)
+    assert not closing.done()  # a claim given back is seen through
+    gate.set()
+    await asyncio.wait_for(closing, 5)
+
+    assert await claim_of(live, "aoi") is None
+    assert await pool_full(live)
+    assert "could not release" not in caplog.text
+    assert "stopped while giving claim" in caplog.text  # it says what happened
+    looks = runtime.stats.looks
+    await asyncio.sleep(0.2)
+    assert runtime.stats.looks == looks  # closed: it does not go on looking
 
 
 async def test_closing_the_runtime_while_it_posts_sees_the_post_through(

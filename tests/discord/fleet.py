@@ -105,8 +105,9 @@ async def discord_fleet(
     refresh_s: float = 60.0,
 ) -> AsyncIterator[DiscordFleet]:
     """Enable the lounge (with ``channel`` settings over the fast test defaults), start the arbiter's bot (an
-    ``arbiter_type``) and one ``client_type`` per persona, and wait until every persona follows the lounge. Clients
-    close first on the way out, then the runtimes (``live`` closes them), as ``aizuchi run`` does."""
+    ``arbiter_type``) and one ``client_type`` per persona, and wait until every persona follows the lounge. On the way
+    out the runtimes close first (seeing their posts through and giving their claims back), then the clients, as
+    ``aizuchi run`` does."""
     await live.channel(str(world.lounge.id), **(channel or {}))
     bot = arbiter_type(live.service, guilds=[world.guild.id], guild_ready_timeout=FAST_READY)
     fleet = DiscordFleet(world, live, bot)
@@ -124,11 +125,12 @@ async def discord_fleet(
                 rng=random.Random(seed + index),
             )
             client.runtime = runtime
-            live.runtimes.append(runtime)  # live closes it (releasing any claim) after the client
+            live.runtimes.append(runtime)  # (live closes it again at its end: a second close does nothing)
             fleet.clients[persona.id] = client
             fleet.providers[persona.id] = provider
             fleet.runtimes[persona.id] = runtime
             await stack.enter_async_context(running(client, world.personas[persona.id].token))
+            stack.push_async_callback(runtime.close)  # before its client closes: unwound in reverse
         for runtime in fleet.runtimes.values():
             await eventually(partial(_joined, runtime, fleet.channel_id), what=f"{runtime.persona.id} joins")
             await runtime.join(fleet.channel_id).ready()

@@ -196,10 +196,18 @@ class RecordingProvider(ChatProvider):
 
 @dataclass
 class RequestLog:
-    """Every request a persona made to the arbiter, in order: (persona, method, path after the channel)."""
+    """Every request a persona made to the arbiter, in order: (persona, method, path after the channel). A test may
+    also ``hold`` the requests of a kind before they are sent, to act while one is on its way."""
 
     tokens: Mapping[str, str]  # persona -> token
     entries: list[tuple[str, str, str]] = field(default_factory=list)
+    _gates: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
+
+    def hold(self, method: str, kind: str) -> asyncio.Event:
+        """Requests of ``kind`` (as ``of`` names them: "claims", "claims/speak"...) by ``method`` wait, once logged,
+        until the returned event is set."""
+        gate = self._gates[(method, kind)] = asyncio.Event()
+        return gate
 
     def trace_config(self) -> aiohttp.TraceConfig:
         by_token = {f"Bearer {token}": persona for persona, token in self.tokens.items()}
@@ -217,6 +225,9 @@ class RequestLog:
             else:
                 kind = path
             self.entries.append((who, params.method, kind))
+            gate = self._gates.get((params.method, kind))
+            if gate is not None:
+                await gate.wait()
 
         config.on_request_start.append(started)
         return config
