@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import discord
 
 from bots.errors import BotError
-from bots.platforms.discord import NO_MENTIONS
+from bots.platforms.discord import NO_MENTIONS, DiscordPlatform
 
 if TYPE_CHECKING:
     from bots.runtime import PersonaRuntime
@@ -64,13 +64,31 @@ class PersonaClient(discord.AutoShardedClient):
         # A shard's new session (after the first on_ready): its servers' channels are back; look for any to join.
         self._look.set()
 
+    async def on_guild_channel_update(self, before: discord.abc.GuildChannel, after: discord.abc.GuildChannel) -> None:
+        self._permissions_changed(after.guild, after.id)  # its overwrites, say
+
+    async def on_guild_role_update(self, before: discord.Role, after: discord.Role) -> None:
+        self._permissions_changed(after.guild)
+
+    def _permissions_changed(self, guild: discord.Guild, channel_id: int | None = None) -> None:
+        """What the account may do in the guild's channels (or in one) may have changed: the persona looks whether it
+        can post in the channels it takes part in there, and tells the arbiter."""
+        if self.runtime is None or self.runtime.closed:
+            return
+        for joined in self.runtime.channels:
+            if channel_id is not None and joined != str(channel_id):
+                continue
+            channel = self.get_channel(int(joined)) if joined.isdigit() else None
+            if isinstance(channel, discord.abc.GuildChannel) and channel.guild == guild:
+                self.runtime.join(joined).permissions_changed()
+
     async def on_message(self, message: discord.Message) -> None:
-        # A message in a channel it has not joined: maybe the fleet was just enabled there. Look soon.
-        if (
-            self.runtime is not None
-            and message.guild is not None
-            and str(message.channel.id) not in self.runtime.channels
-        ):
+        if self.runtime is None or message.guild is None:
+            return
+        if isinstance(self.runtime.platform, DiscordPlatform):
+            self.runtime.platform.saw(message)
+        if str(message.channel.id) not in self.runtime.channels:
+            # A message in a channel it has not joined: maybe the fleet was just enabled there. Look soon.
             self._look.set()
 
     async def _keep_joining(self) -> None:
@@ -102,7 +120,7 @@ class PersonaClient(discord.AutoShardedClient):
                 continue
             # It may see a channel and still not be allowed to post there: the platform says so once, and the
             # persona stays quiet there (no model call) until a moderator fixes the permission.
-            self.runtime.platform.may_post(channel_id)
+            self.runtime.platform.cannot_post(channel_id)
             worker = self.runtime.join(channel_id)
             try:
                 # Following the channel's events from now on: what is said from here is heard (and logged so).

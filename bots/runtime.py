@@ -54,8 +54,13 @@ _STATUS_WAIT_S = 2.0
 # Refusals after which a persona looks again soon: another's claim took what it planned on (the pool, the floor),
 # and something else may be open.
 _REPLANNED = (wire.RefusalReason.INSUFFICIENT, wire.RefusalReason.PRIORITY)
+# How often a persona looks whether the arbiter has recorded a message its own account saw (see _hear_what_was_said).
+_HEARING_POLL_S = 0.02
 # The kinds of events a persona does without: it plans from the status it asks for as it looks, not from the level.
 _UNUSED_EVENTS: tuple[wire.EventType, ...] = ("level",)
+# A claim that ends with its cost back in the pool at once, before any retry planned for a refund (and, for an asked
+# persona, perhaps its floor: a second pass, a post the platform refused).
+_GIVEN_BACK = (wire.SpendState.RELEASED, wire.SpendState.RETRACTED, wire.SpendState.CLEARED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +81,9 @@ class RuntimeConfig:
     reaction_s: float = 0.25
     # A persona with MCP tools: at most this many LLM requests in a turn, tool rounds and the decision together.
     tool_rounds: int = DEFAULT_ROUNDS
+    # The longest a persona waits, before it claims and before it speaks, for the arbiter to record what a person said
+    # that the persona's own account has seen on the platform (the arbiter's bot may hear it later).
+    hear_wait_s: float = 2.0
 
 
 @dataclass
@@ -295,11 +303,14 @@ class ChannelWorker:
         "_overtaken",
         "_overtakes",
         "_own",
+        "_own_read",
         "_replanned",
         "_retry",
+        "_said_heard",
         "_second_look",
         "_settling",
         "_speaking",
+        "_standing",
         "_task",
         "_turning",
         "_woken",
@@ -339,6 +350,9 @@ class ChannelWorker:
         # with no pass offered, before the floor is given up.
         self._must_answer: int | None = None
         self._own: list[wire.MessageView] = []  # what it said here lately, oldest first
+        # Its own last lines as the arbiter keeps them come with its first granted claim here: the recent history it
+        # reads on arrival may not reach back to them (others said more since, or it was away).
+        self._own_read = False
         # While the model writes: what would make its answer unpostable, and the event that then stops the call.
         self._overtakes: Callable[[wire.MessageView], bool] | None = None
         self._overtaken: asyncio.Event | None = None  # made for the call it may stop
@@ -348,6 +362,8 @@ class ChannelWorker:
         self._memory_read = False  # given with its first granted claim here (or heard of before)
         self._new_memory: wire.MemoryUpdate | None = None
         self._arrived = False  # the recent history is in (the stream's replay ended with the level)
+        self._said_heard = 0  # the newest message a person said here that the stream brought (a platform id)
+        self._standing: str | None = None  # why it last told the arbiter it cannot post here (None: it has not)
         self._replanned = -1  # the seq a refused claim was planned again for, at once (once per message)
 
     @property
@@ -436,6 +452,8 @@ class ChannelWorker:
             if self._arrival is not None:
                 self._arrival.set()
                 self._arrival = None
+            if self.runtime.platform.cannot_post(self.channel_id) is not None:
+                self.wake()  # the arbiter learns it before anyone asks this persona something here
 
     async def _current_status(self) -> wire.StatusView:
         """The status to plan from, as the arbiter has it now: asked on the stream, or read over HTTP when the stream
@@ -467,6 +485,8 @@ class ChannelWorker:
                 _drop(self.window, lambda held: held.seq <= last_seq)
                 self.last_seq = max(self.last_seq, last_seq)
                 self.answered = max(self.answered, last_seq)
+                if self._new_memory is not None and self._new_memory.seq <= last_seq:
+                    self._new_memory = None  # notes on what was cleared: the arbiter would refuse them
             case wire.LevelEvent():
                 pass  # the end of the replay (see on_frame); a look reads the pool from its status
             case wire.MemoryEvent(persona=persona, memory=memory) if persona == self.persona.id:
@@ -483,8 +503,10 @@ class ChannelWorker:
                 if self._blocked is not None:
                     self.answered, self._blocked = self._blocked, None
                     self.wake()
+                elif self._floor_wait and self._retry is not None:
+                    self.wake()  # the floor it waits for may be open now (the asked persona cannot post here)
             case wire.ClaimEvent(claim=claim):
-                given_back = claim.state is wire.SpendState.RELEASED and claim.persona != self.persona.id
+                given_back = claim.state in _GIVEN_BACK and claim.persona != self.persona.id
                 if given_back and (self._intent is not None or self._floor_wait) and self._retry is not None:
                     # Waiting for the pool, or for another's floor: a claim given back (a pass) refills the pool, and
                     # may give the floor up, long before the retry planned, with no message to say so.
@@ -499,6 +521,9 @@ class ChannelWorker:
             return
         _keep_last(self.window, message, self.runtime.config.window)
         self.last_seq = message.seq
+        said = message.platform_message_id
+        if message.author_kind is wire.AuthorKind.HUMAN and said is not None and said.isdigit():
+            self._said_heard = max(self._said_heard, int(said))
         if message.author_id == self.persona.id:
             _keep_last(self._own, message, OWN_LINES)
             return
@@ -544,14 +569,16 @@ class ChannelWorker:
             due = self.runtime.clock() + pause
             await self.runtime.sleep(pause)
             self._woken = False  # whatever arrived during the pause is in the window now
+            cannot_post = self.runtime.platform.cannot_post(self.channel_id)
+            await self._keep_standing(cannot_post)
+            if cannot_post is not None:
+                self.answered = self.last_seq  # the platform said why (once); nothing to do until that changes
+                continue
             if not self._pending():
                 continue
             backoff = self.runtime.backing_off()
             if backoff > 0:
                 self._retry_in(backoff)
-                continue
-            if not self.runtime.platform.may_post(self.channel_id):
-                self.answered = self.last_seq  # the platform said why (once); nothing to do until that changes
                 continue
             self._cancel_retry()  # this look supersedes any look scheduled before
             self._turning = True
@@ -588,7 +615,7 @@ class ChannelWorker:
 
     async def _turn(self, due: float, pause: float) -> None:
         runtime = self.runtime
-        status = await self._current_status()
+        status = await self._status_to_plan_from()
         read_at = runtime.clock()
         window = list(self.window)
         newest = window[-1].seq if window else 0
@@ -659,10 +686,48 @@ class ChannelWorker:
             self.memory = None if found is None else wire.MemoryUpdate(seq=found.seq, state=found.state)
         self._memory_read = True
 
+    async def _status_to_plan_from(self) -> wire.StatusView:
+        """The status, once the arbiter has recorded what the persona's account saw said here; and the arbiter told
+        if it still thinks the persona cannot post here (it was told so before the persona restarted)."""
+        await self._hear_what_was_said()
+        status = await self._current_status()
+        if status.you is not None and status.you.cannot_post is not None:
+            await self._tell_standing(None)
+        return status
+
+    async def _hear_what_was_said(self) -> None:
+        """Wait until the arbiter has recorded every message a person said here that the persona's own account has
+        seen on the platform (at most ``config.hear_wait_s``). The arbiter's bot may hear the platform later than the
+        persona's account: a persona that claimed and spoke meanwhile would post between a question and the asked
+        persona's answer, and the history would not keep the channel's order."""
+        runtime = self.runtime
+        seen = runtime.platform.latest_said(self.channel_id)
+        if seen <= self._said_heard:
+            return
+        deadline = runtime.clock() + runtime.config.hear_wait_s
+        while seen > self._said_heard and runtime.clock() < deadline:
+            await runtime.sleep(_HEARING_POLL_S)
+        if seen > self._said_heard:
+            _log.info(
+                "persona=%s channel=%s: message %d is not in the arbiter's history after %.1fs; going on",
+                self.persona.id,
+                self.channel_id,
+                seen,
+                runtime.config.hear_wait_s,
+            )
+
+    def _take_own_lines(self, said: list[wire.MessageView]) -> None:
+        """Its own last lines as the arbiter had them when it granted its first claim, with those heard since."""
+        known = {message.seq: message for message in said}
+        known.update((message.seq, message) for message in self._own)  # heard on the stream: as fresh or fresher
+        self._own = [known[seq] for seq in sorted(known)][-OWN_LINES:]
+        self._own_read = True
+
     async def _claim(self, tier: Tier, based_on: int, thread: int) -> wire.ClaimView | None:
         runtime = self.runtime
         notes = not self._memory_read  # its notes come with its first granted claim here
-        request = wire.ClaimRequest(tier=tier, based_on_seq=based_on, notes=notes)
+        own_lines = 0 if self._own_read else OWN_LINES
+        request = wire.ClaimRequest(tier=tier, based_on_seq=based_on, notes=notes, own_lines=own_lines)
         sent = asyncio.ensure_future(runtime.arbiter.claim(self.channel_id, request))
         try:
             result = await asyncio.shield(sent)
@@ -674,6 +739,8 @@ class ChannelWorker:
         if result.granted and result.claim is not None:
             if notes and not self._memory_read:
                 self._take_notes(result.memory)
+            if result.own_lines is not None and not self._own_read:
+                self._take_own_lines(result.own_lines)
             return result.claim
         runtime.stats.refused_claims += 1
         _log.debug("persona=%s claim of %s refused: %s", self.persona.id, tier, result.reason)
@@ -858,6 +925,8 @@ class ChannelWorker:
 
     async def _speak_now(self, claim: wire.ClaimView, tier: Tier, text: str, based_on: int) -> bool:
         runtime = self.runtime
+        await self._hear_what_was_said()  # said while the model wrote: the arbiter judges the speech with it
+        said_before = runtime.platform.latest_said(self.channel_id)
         memory = self._new_memory
         request = wire.SpeakRequest(text=text, tier=tier, based_on_seq=based_on, memory=memory)
         result = await runtime.arbiter.speak(self.channel_id, claim.claim_id, request)
@@ -871,6 +940,15 @@ class ChannelWorker:
             return False
         self._held = None
         seq = result.message.seq
+        if not self._in_order(seq, said_before):
+            runtime.stats.wasted += 1
+            _log.info(
+                "persona=%s: someone spoke as message %d was granted; retracting it unposted", self.persona.id, seq
+            )
+            with contextlib.suppress(BotError):
+                await runtime.arbiter.retract(self.channel_id, seq)
+            self.wake()
+            return True
         try:
             posted = await self._deliver(tier, text, seq)
         except PostFailed as error:
@@ -878,11 +956,30 @@ class ChannelWorker:
             _log.warning("persona=%s: post failed (%s); retracting message %d", self.persona.id, error, seq)
             with contextlib.suppress(BotError):
                 await runtime.arbiter.retract(self.channel_id, seq)
+            # Refused for want of a permission: the floor opens for the others at once.
+            await self._keep_standing(runtime.platform.cannot_post(self.channel_id))
             return True  # granted: the answer was given, though the platform lost it
         runtime.stats.posted[str(tier)] += 1
         with contextlib.suppress(BotError):
             await runtime.arbiter.link(self.channel_id, seq, posted.platform_message_id)
         return True
+
+    def _in_order(self, seq: int, said_before: int) -> bool:
+        """Whether message ``seq``, just granted, may still be posted: every message a person said here that the
+        account has seen since ``said_before`` was recorded before it. One the arbiter records later would come
+        after it in the history, but before it in the channel: a question put to someone else, say, answered first by
+        this persona."""
+        seen = self.runtime.platform.latest_said(self.channel_id)
+        if seen <= said_before:
+            return True
+        return any(
+            m.seq < seq
+            and m.author_kind is wire.AuthorKind.HUMAN
+            and (said := m.platform_message_id) is not None
+            and said.isdigit()
+            and int(said) >= seen
+            for m in self.window
+        )
 
     async def _deliver(self, tier: Tier, text: str, seq: int) -> Posted:
         """Post the message; or, for a persona that nods with emoji, react to the message it answers."""
@@ -953,6 +1050,29 @@ class ChannelWorker:
             await self.runtime.arbiter.release(self.channel_id, claim_id)
             return None
         return memory
+
+    def permissions_changed(self) -> None:
+        """Its permissions here may have changed on the platform: look whether it can post, and tell the arbiter."""
+        self.wake()
+
+    async def _keep_standing(self, cannot_post: str | None) -> None:
+        """Tell the arbiter when the persona cannot post here, and when it can again. One that cannot is given no
+        floor, and hands back any it has: the others answer at once instead of waiting for an answer that cannot
+        come."""
+        if cannot_post != self._standing:
+            await self._tell_standing(cannot_post)
+
+    async def _tell_standing(self, cannot_post: str | None) -> None:
+        try:
+            await self.runtime.arbiter.stand(self.channel_id, cannot_post)
+            self._standing = cannot_post
+        except BotError as error:
+            _log.warning(
+                "persona=%s channel=%s: could not tell the arbiter whether it can post: %s",
+                self.persona.id,
+                self.channel_id,
+                error,
+            )
 
     async def _provider_failed(self, error: LLMError) -> None:
         """Back off; what the failed call spent (if the API answered at all) still counts."""

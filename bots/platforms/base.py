@@ -39,7 +39,13 @@ class Platform(abc.ABC):
         """Put ``emoji`` on a message, if the platform can; returns whether it did."""
         return False
 
-    def may_post(self, channel_id: str) -> bool:
-        """Whether a post in the channel could succeed, as far as the platform can tell without asking: checked
-        before claiming, so no model is asked for words that could not be shown."""
-        return True
+    def latest_said(self, channel_id: str) -> int:
+        """The newest message a person said in the channel that the persona's own account has seen on the platform
+        (a numeric platform message id; 0 when none, or when the platform does not tell): the arbiter may hear of it
+        later, and the persona waits for that before it speaks (see ``ChannelWorker``)."""
+        return 0
+
+    def cannot_post(self, channel_id: str) -> str | None:
+        """Why a post in the channel would fail, as far as the platform can tell without asking (None: it could
+        succeed): checked before claiming, so no model is asked for words that could not be shown."""
+        return None

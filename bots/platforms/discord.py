@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from typing import TYPE_CHECKING
 
+import aiohttp
 import discord
 
+from arbiter.contract import DISCORD_SPEECH_TYPES
 from bots.errors import PostFailed
 from bots.platforms.base import Platform, Posted
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
 
 __all__ = ("NO_MENTIONS", "DiscordPlatform")
 
@@ -20,6 +23,14 @@ _log = logging.getLogger(__name__)
 
 # Belt and braces: the client has the same default, and the runtime strips mention syntax before posting.
 NO_MENTIONS = discord.AllowedMentions.none()
+# Every way a request through discord.py fails: Discord's answer (HTTPException), and when Discord could not be reached
+# at all, the network (aiohttp, OSError), a rate limit longer than it will wait (RateLimited, a DiscordException) or
+# the client closed meanwhile (its HTTP session: RuntimeError).
+_FAILURES = (discord.DiscordException, aiohttp.ClientError, OSError, RuntimeError)
+# How long a post Discord refused (403) keeps a persona quiet in a channel whose permissions seem to allow it.
+_REFUSAL_HOLDS_S = 600.0
+_VIEW_CHANNEL = discord.Permissions(view_channel=True).value
+_SEND_MESSAGES = discord.Permissions(send_messages=True).value
 
 
 class DiscordPlatform(Platform):
@@ -27,9 +38,15 @@ class DiscordPlatform(Platform):
 
     name = "discord"
 
-    def __init__(self, client: discord.Client) -> None:
+    def __init__(self, client: discord.Client, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._client = client
-        self._refused: set[str] = set()  # channels it was told it may not post in (warned once each)
+        self._clock = clock
+        # Posts Discord refused (403) by channel: why, the permissions the account seemed to have then, and when. A
+        # server may refuse what the permissions seem to allow; the refusal holds until they change, or for a while
+        # (a model is not asked for words that would be refused again).
+        self._refusals: dict[str, tuple[str, int | None, float]] = {}
+        self._told: dict[str, str] = {}  # channels said (once) to be unpostable, and why
+        self._said: dict[str, int] = {}  # by channel: the newest message a person said there, as this account saw it
 
     def _channel(self, channel_id: str) -> discord.PartialMessageable:
         return self._client.get_partial_messageable(int(channel_id))
@@ -38,30 +55,60 @@ class DiscordPlatform(Platform):
         try:
             message = await self._channel(channel_id).send(text, allowed_mentions=NO_MENTIONS)
         except discord.Forbidden as error:
-            self._refuse(channel_id, f"Discord refused a post ({error.status} {error.text})")
+            why = f"Discord refused a post ({error.status} {error.text})"
+            self._refusals[channel_id] = (why, self._permissions(channel_id), self._clock() + _REFUSAL_HOLDS_S)
+            self.cannot_post(channel_id)  # said once
             raise PostFailed(f"Discord refused the message ({error.status}): {error.text}") from error
         except discord.HTTPException as error:
             raise PostFailed(f"Discord refused the message ({error.status}): {error.text}") from error
-        self._refused.discard(channel_id)
+        except _FAILURES as error:
+            raise PostFailed(f"Discord could not be reached ({type(error).__name__}: {error})") from error
+        self._refusals.pop(channel_id, None)
         return Posted(str(message.id))
 
-    def may_post(self, channel_id: str) -> bool:
-        """From the permissions discord.py keeps up to date from the gateway: no request is made. A channel it
-        does not know (yet) gets the benefit of the doubt."""
+    def saw(self, message: discord.Message) -> None:
+        """The account saw ``message`` on its own gateway (without its content: it needs no privileged intent)."""
+        if message.author.bot or message.type.value not in DISCORD_SPEECH_TYPES:
+            return  # what the arbiter records and the persona waits for: people speaking
+        channel_id = str(message.channel.id)
+        self._said[channel_id] = max(self._said.get(channel_id, 0), message.id)
+
+    def latest_said(self, channel_id: str) -> int:
+        return self._said.get(channel_id, 0)
+
+    def cannot_post(self, channel_id: str) -> str | None:
+        """From the permissions discord.py keeps up to date from the gateway (no request is made), and a post Discord
+        refused, while they stay as they were (for ``_REFUSAL_HOLDS_S`` at most). A channel it does not know (yet)
+        gets the benefit of the doubt."""
+        why = None
+        permissions = self._permissions(channel_id)
+        if permissions is not None and not permissions & _VIEW_CHANNEL:
+            why = "it lacks the View Channel permission there"
+        elif permissions is not None and not permissions & _SEND_MESSAGES:
+            why = "it lacks the Send Messages permission there"
+        elif (refused := self._refusals.get(channel_id)) is not None:
+            said, seemed, until = refused
+            if seemed == permissions and self._clock() < until:
+                why = said
+            else:
+                del self._refusals[channel_id]  # the permissions changed since, or it was long ago: worth trying again
+        self._tell(channel_id, why)
+        return why
+
+    def _permissions(self, channel_id: str) -> int | None:
+        """The account's permissions in the channel as discord.py knows them (None for a channel it does not know)."""
         channel = self._client.get_channel(int(channel_id)) if channel_id.isdigit() else None
         if isinstance(channel, discord.abc.GuildChannel):
-            permissions = channel.permissions_for(channel.guild.me)
-            if not (permissions.view_channel and permissions.send_messages):
-                self._refuse(channel_id, "it lacks View Channel or Send Messages there")
-                return False
-            if channel_id in self._refused:
-                self._refused.discard(channel_id)
-                _log.info("may post in channel %s again", channel_id)
-        return True
+            return channel.permissions_for(channel.guild.me).value
+        return None
 
-    def _refuse(self, channel_id: str, why: str) -> None:
-        if channel_id not in self._refused:
-            self._refused.add(channel_id)
+    def _tell(self, channel_id: str, why: str | None) -> None:
+        """Say once that it cannot post in a channel, and once that it can again."""
+        if why is None:
+            if self._told.pop(channel_id, None) is not None:
+                _log.info("may post in channel %s again", channel_id)
+        elif self._told.get(channel_id) != why:
+            self._told[channel_id] = why
             _log.warning(
                 "cannot post in channel %s: %s; it stays quiet there until a moderator gives its role Send Messages",
                 channel_id,
@@ -73,7 +120,7 @@ class DiscordPlatform(Platform):
         indicator = self._channel(channel_id).typing()
         try:
             await indicator.__aenter__()
-        except discord.HTTPException as error:
+        except _FAILURES as error:
             # Typing is a courtesy: without the permission, generate anyway.
             _log.debug("no typing indicator in %s: %s", channel_id, error)
             yield
@@ -86,7 +133,7 @@ class DiscordPlatform(Platform):
     async def react(self, channel_id: str, platform_message_id: str, emoji: str) -> bool:
         try:
             await self._channel(channel_id).get_partial_message(int(platform_message_id)).add_reaction(emoji)
-        except (discord.HTTPException, ValueError) as error:
+        except (ValueError, *_FAILURES) as error:
             _log.info("could not react in %s: %s", channel_id, error)
             return False
         return True

@@ -9,6 +9,7 @@ condition with a deadline.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -835,6 +836,28 @@ async def test_a_cleared_history_leaves_the_window_and_what_is_said_next_comes_i
     assert all(m.seq > before for m in worker.window)
 
 
+async def test_a_history_cleared_while_a_persona_writes_ends_its_turn_unposted_and_unnoted(
+    live: Live, caplog: pytest.LogCaptureFixture
+) -> None:
+    aoi = make_persona("aoi")
+    provider = scripted(aoi)
+    provider.hold()
+    runtime = await live.start(aoi, provider, CHANNEL)
+    await live.say(CHANNEL, "Aoi, what about the thing we should forget?")
+    await eventually(lambda: provider.waiting == 1, what="generation started")
+
+    await live.service.clear_history(CHANNEL)
+    assert await pool_full(live)  # its claim was closed by the clear
+    provider.open()
+    await eventually(lambda: runtime.stats.looks >= 1, what="the turn over")
+
+    assert live.room.posts == []
+    assert await live.history(CHANNEL) == []
+    assert (await live.service.memories(CHANNEL)).memories == []
+    assert runtime.stats.wasted == 1
+    assert not [r for r in caplog.records if r.levelname in ("WARNING", "ERROR")], caplog.text
+
+
 # --- three personas and a human ----------------------------------------------------------------------------
 
 TRIO_SAMPLES = {
@@ -1031,6 +1054,31 @@ async def test_a_line_said_within_the_personas_last_thirty_is_not_posted_again(
 
     assert live.room.posts == []
     assert await claim_of(live, "aoi") is None
+
+
+async def test_its_own_last_lines_come_from_the_arbiter_however_much_others_said_since(
+    fake_llm: FakeLLMServer, live: Live
+) -> None:
+    # Said before the persona (re)started, with more said by others since than it reads back on arriving.
+    own = ["I'd rather walk than take the bus.", "Soba beats udon, fight me.", "The river path is prettier."]
+    await live.channel(CHANNEL, capacity=1000)
+    for line in own:
+        assert (await live.service.consume(CHANNEL, "aoi", line, tier=Tier.REMARK)).granted
+    for index in range(120):
+        await live.say(CHANNEL, f"filler {index}")
+    fake_llm.script(says("remark", own[1]), says("remark", "Let's try the new place by the station."))
+    aoi = make_persona("aoi")
+    runtime = await live.start(aoi, on_fake(fake_llm), CHANNEL)
+    assert not [m for m in runtime.join(CHANNEL).window if m.author_id == "aoi"]
+
+    await live.say(CHANNEL, "Aoi, where should we eat?")
+    await eventually(lambda: live.room.posts, what="her answer")
+
+    assert [post.text for post in live.room.posts] == ["Let's try the new place by the station."]
+    assert runtime.stats.wasted == 1  # the old line, dropped as a repeat
+    first_prompt = json.dumps(fake_llm.bodies()[0], ensure_ascii=False)
+    assert all(line in first_prompt for line in own)  # and shown to the model as hers, not to say again
+    assert runtime.join(CHANNEL).own_lines[-4:] == [*own, "Let's try the new place by the station."]
 
 
 async def test_a_persona_in_several_channels_holds_one_stream_and_reads_no_status_to_plan(live: Live) -> None:

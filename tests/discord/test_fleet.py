@@ -4,17 +4,20 @@ pool and the idle cap allow must agree."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import random
 from typing import TYPE_CHECKING
 
 from arbiter.contract import AuthorKind, Tier
+from bots.persona import Samples
 from tests.discord.fleet import SLOW_REFUNDS, discord_fleet, eager
 from tests.support.fleet import eventually, make_persona
 
 if TYPE_CHECKING:
     from bots.persona import Persona
     from tests.discord.conftest import World
-    from tests.support.fake_discord import FakeDiscord
+    from tests.support.fake_discord import FakeChannel, FakeDiscord, FakeMessage
     from tests.support.fleet import Live
 
 # The personas' choices are seeded.
@@ -91,3 +94,75 @@ async def test_a_human_speaks_and_the_personas_answer_and_nod_within_the_pool_un
 
     # Three bot turns in a row, and then nothing: the idle cap holds them until a person speaks.
     assert (status.bot_streak, status.idle_cap, len(lines)) == (3, 3, 3)
+
+
+def talkative(persona_id: str) -> Persona:
+    """An eager persona with lines enough that it never runs out of fresh ones in a long test: the offline stand-in
+    says a line again only long after (a persona's last 30 lines are not said again)."""
+    words = random.Random(persona_id)
+
+    def lines(count: int, length: int) -> list[str]:  # random words: no two lines nearly alike
+        return [" ".join(words.choices(VOCABULARY, k=length)).capitalize() + "." for _ in range(count)]
+
+    samples = Samples(aizuchi=lines(12, 2), remarks=lines(40, 6), answers=lines(40, 5))
+    return eager(persona_id, samples=samples)
+
+
+VOCABULARY = (
+    *("apple", "river", "stone", "cloud", "pepper", "lantern", "violin", "meadow", "copper", "tunnel", "harbor"),
+    *("saddle", "glacier", "orchid", "marble", "thunder", "biscuit", "canyon", "feather", "garlic", "hammock"),
+    *("island", "jasmine", "kettle", "lemon", "mirror", "nutmeg", "oyster", "pillow", "quartz", "ribbon", "saffron"),
+    *("tulip", "umbrella", "velvet", "walnut", "yarrow", "zephyr", "anchor", "blossom", "candle", "dolphin", "ember"),
+)
+
+
+async def test_the_asked_persona_answers_first_when_the_arbiters_bot_hears_discord_half_a_second_late(
+    fake: FakeDiscord, world: World, live: Live
+) -> None:
+    """Discord delivers every event to the arbiter's bot 0.5 s after the personas' bots get it, while the personas
+    talk among themselves: a question comes at a random moment of their talk, and the persona asked answers before any
+    other persona posts; the arbiter's history keeps the channel's order (Discord's ids). Several channels at once, so
+    that a hundred questions take seconds, not minutes."""
+    rng = random.Random(SEED)
+    channels = [world.lounge, *(fake.add_channel(world.guild, f"room-{n}") for n in range(3))]
+    for channel in channels[1:]:
+        await live.channel(str(channel.id))
+    fake.delay_events(world.arbiter, 0.5)
+    names = {"hana": "Hana", "kai": "Kai", "mio": "Mio"}
+    async with discord_fleet(world, live, [talkative(pid) for pid in names], seed=SEED) as fleet:
+        await eventually(
+            lambda: all(len(r.channels) == len(channels) for r in fleet.runtimes.values()), what="every room followed"
+        )
+
+        async def questions(channel: FakeChannel, count: int) -> list[tuple[str, str | None]]:
+            """(who was asked, who posted first after the question) for each question."""
+            firsts: list[tuple[str, str | None]] = []
+            for number in range(count):
+                asked = rng.choice(list(names))
+                question = await fake.human_says(channel, world.member, f"{names[asked]}, question {number}?")
+
+                def after(question: FakeMessage = question) -> list[FakeMessage]:
+                    return [m for m in channel.messages if m.id > question.id and world.persona_of(m.author)]
+
+                await eventually(
+                    lambda asked=asked: any(world.persona_of(m.author) == asked for m in after()),
+                    within=10.0,
+                    what=f"{asked} answers question {number} in #{channel.name}",
+                )
+                firsts.append((asked, world.persona_of(after()[0].author)))
+                await asyncio.sleep(rng.uniform(0.0, 1.0))  # the others talk on meanwhile
+            return firsts
+
+        answered = await asyncio.gather(*(questions(channel, 25) for channel in channels))
+        fake.delay_events(world.arbiter, 0.0)
+        await fake.flush_delayed(world.arbiter)
+        histories = {channel: await live.history(str(channel.id)) for channel in channels}
+
+    firsts = [pair for pairs in answered for pair in pairs]
+    assert len(firsts) == 100
+    missed = [(asked, first) for asked, first in firsts if asked != first]
+    assert len(missed) <= 1, f"(asked, who posted first): {missed}"
+    for channel, history in histories.items():
+        posted = [int(m.platform_message_id) for m in history if (m.platform_message_id or "").isdigit()]
+        assert posted == sorted(posted), f"#{channel.name}: the history is not in the channel's order"
+        assert len(posted) == len(channel.messages)  # every message, each once

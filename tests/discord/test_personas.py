@@ -4,6 +4,7 @@ refuses. The fleet runs in process (tests.discord.fleet); the local Discord reco
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -53,6 +54,16 @@ async def test_a_post_discord_refuses_is_retracted_and_refunded(
         after_failure = await fleet.status()
         history_after_failure = await fleet.history()
 
+        if status == 403:
+            # Refused for want of a permission: asked again, it asks no model, until its permissions change.
+            calls = fleet.providers["hana"].calls
+            await ask(fleet, "hana", "still there?")
+            await fleet.settled()
+            assert (fleet.providers["hana"].calls, fleet.posted_by("hana")) == (calls, [])
+            # A moderator gives its role what it seemed to lack (here: one more permission, so that they change).
+            await fake.set_overwrites(
+                world.lounge, [Overwrite(target=hana, allow=Perm.SEND_MESSAGES | Perm.MANAGE_MESSAGES)]
+            )
         # The persona is none the worse for it: asked again, it answers.
         again = await ask(fleet, "hana", "hello?")
         await eventually(lambda: fleet.posted_by("hana"), what="hana's answer")
@@ -64,12 +75,78 @@ async def test_a_post_discord_refuses_is_retracted_and_refunded(
     assert [m.platform_message_id for m in history_after_failure] == [str(asked.id)]
     assert (after_failure.level, after_failure.refunds) == (after_failure.capacity, [])
     [post] = fleet.posted_by("hana")
-    assert [m.id for m in world.lounge.messages] == [asked.id, again.id, post.id]
-    assert [(m.author_kind, m.platform_message_id) for m in final] == [
-        (AuthorKind.HUMAN, str(asked.id)),
-        (AuthorKind.HUMAN, str(again.id)),
-        (AuthorKind.PERSONA, str(post.id)),
+    assert [m.id for m in world.lounge.messages if m.author is not world.member or m.id in (asked.id, again.id)] == [
+        asked.id,
+        again.id,
+        post.id,
     ]
+    assert [(m.author_kind, m.platform_message_id) for m in final if m.author_kind is AuthorKind.PERSONA] == [
+        (AuthorKind.PERSONA, str(post.id))
+    ]
+    assert final[0].platform_message_id == str(asked.id)
+
+
+async def answer_time(fleet: DiscordFleet, persona_id: str, question: FakeMessage) -> float:
+    """Seconds from ``question`` until ``persona_id``'s answer is on Discord."""
+    loop = asyncio.get_running_loop()
+    asked_at = loop.time()
+    await eventually(
+        lambda: [m for m in fleet.posted_by(persona_id) if m.id > question.id], within=15.0, what=f"{persona_id}"
+    )
+    return loop.time() - asked_at
+
+
+@pytest.mark.parametrize("why", ["no Send Messages", "a 403 on every post"])
+async def test_a_persona_that_cannot_post_hands_the_floor_back_at_once(
+    fake: FakeDiscord, world: World, live: Live, why: str
+) -> None:
+    hana = world.personas["hana"]
+    if why == "no Send Messages":
+        world.lounge.overwrites.append(Overwrite(target=hana, deny=Perm.SEND_MESSAGES))
+        said = "it lacks the Send Messages permission there"
+    else:  # a server that refuses what the permissions seem to allow
+        fake.fail_next("POST", f"/channels/{world.lounge.id}/messages", 403, bot=hana, times=100)
+        said = "Discord refused a post (403 Missing Permissions)"
+    channel = {"priority_window_s": 20.0}
+    async with discord_fleet(world, live, [eager("hana"), eager("kai")], channel=channel) as fleet:
+        question = await ask(fleet, "hana", "what do you think about the new cafe?")
+        waited = await answer_time(fleet, "kai", question)
+        status = await fake.invoke(world.mod, world.lounge, "aizuchi status")
+
+    assert waited < 3.0  # the floor was hana's for 20 s: kai answered as soon as she was known not to
+    assert fleet.posted_by("hana") == []
+    assert f"Hana (on; cannot post: {said})" in status.content
+    assert [m.author for m in world.lounge.messages][:2] == [world.member, world.personas["kai"]]
+
+
+async def test_a_permission_taken_away_and_given_back_while_it_runs_is_told_to_the_arbiter_at_once(
+    fake: FakeDiscord, world: World, live: Live
+) -> None:
+    hana = world.personas["hana"]
+    channel = {"priority_window_s": 20.0}
+    async with discord_fleet(world, live, [eager("hana"), eager("kai")], channel=channel) as fleet:
+
+        async def standing() -> str | None:
+            return (await live.service.settings(fleet.channel_id)).personas["hana"].cannot_post
+
+        await fake.set_overwrites(world.lounge, [Overwrite(target=hana, deny=Perm.SEND_MESSAGES)])
+        await eventually(standing, what="the arbiter told, before anyone asks her anything")
+        question = await ask(fleet, "hana", "what do you think about the new cafe?")
+        kai_waited = await answer_time(fleet, "kai", question)
+        await fleet.settled()
+
+        await fake.set_overwrites(world.lounge, [])
+
+        async def may_post_again() -> bool:
+            return await standing() is None
+
+        await eventually(may_post_again, what="the arbiter told she may post again")
+        again = await ask(fleet, "hana", "and now?")
+        await answer_time(fleet, "hana", again)
+
+    assert kai_waited < 3.0
+    after_again = [m.author for m in world.lounge.messages if m.id > again.id]
+    assert after_again[0] is hana  # asked, she has the floor again
 
 
 async def test_the_persona_types_while_it_generates(fake: FakeDiscord, world: World, live: Live) -> None:
