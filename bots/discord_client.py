@@ -71,15 +71,16 @@ class PersonaClient(discord.AutoShardedClient):
         self._permissions_changed(after.guild)
 
     def _permissions_changed(self, guild: discord.Guild, channel_id: int | None = None) -> None:
-        """What the account may do in the guild's channels (or in one) may have changed: the persona looks whether it
-        can post in the channels it takes part in there, and tells the arbiter."""
+        """What the account may do in the guild's channels (or in one, and its threads) may have changed: the persona
+        looks whether it can post in the channels it takes part in there, and tells the arbiter."""
         if self.runtime is None or self.runtime.closed:
             return
         for joined in self.runtime.channels:
-            if channel_id is not None and joined != str(channel_id):
-                continue
             channel = self.get_channel(int(joined)) if joined.isdigit() else None
-            if isinstance(channel, discord.abc.GuildChannel) and channel.guild == guild:
+            if not isinstance(channel, discord.abc.GuildChannel | discord.Thread) or channel.guild != guild:
+                continue
+            # A thread has its channel's permissions.
+            if channel_id is None or channel_id in (channel.id, getattr(channel, "parent_id", None)):
                 self.runtime.join(joined).permissions_changed()
 
     async def on_message(self, message: discord.Message) -> None:
@@ -134,9 +135,11 @@ class PersonaClient(discord.AutoShardedClient):
                 _log.info("persona=%s takes part in channel %s", self.runtime.persona.id, channel_id)
 
     def _sees(self, channel_id: int) -> bool:
-        """Whether this account sees the channel (Discord lists every channel of a guild, seen or not)."""
+        """Whether this account sees the channel or thread (Discord lists every channel of a guild, seen or not)."""
         channel = self.get_channel(channel_id)
-        return isinstance(channel, discord.abc.GuildChannel) and channel.permissions_for(channel.guild.me).view_channel
+        if not isinstance(channel, discord.abc.GuildChannel | discord.Thread):
+            return False
+        return channel.permissions_for(channel.guild.me).view_channel
 
     async def close(self) -> None:
         if self._refresher is not None:

@@ -30,7 +30,11 @@ _FAILURES = (discord.DiscordException, aiohttp.ClientError, OSError, RuntimeErro
 # How long a post Discord refused (403) keeps a persona quiet in a channel whose permissions seem to allow it.
 _REFUSAL_HOLDS_S = 600.0
 _VIEW_CHANNEL = discord.Permissions(view_channel=True).value
-_SEND_MESSAGES = discord.Permissions(send_messages=True).value
+# What posting takes, by whether the channel is a thread: the permission, and its name in Discord's settings.
+_POSTING = {
+    False: (discord.Permissions(send_messages=True).value, "Send Messages"),
+    True: (discord.Permissions(send_messages_in_threads=True).value, "Send Messages in Threads"),
+}
 
 
 class DiscordPlatform(Platform):
@@ -81,11 +85,14 @@ class DiscordPlatform(Platform):
         refused, while they stay as they were (for ``_REFUSAL_HOLDS_S`` at most). A channel it does not know (yet)
         gets the benefit of the doubt."""
         why = None
-        permissions = self._permissions(channel_id)
+        channel = self._known(channel_id)
+        permissions = None if channel is None else channel.permissions_for(channel.guild.me).value
+        # A thread's permissions are its channel's, but posting there takes Send Messages in Threads.
+        posting, name = _POSTING[isinstance(channel, discord.Thread)]
         if permissions is not None and not permissions & _VIEW_CHANNEL:
             why = "it lacks the View Channel permission there"
-        elif permissions is not None and not permissions & _SEND_MESSAGES:
-            why = "it lacks the Send Messages permission there"
+        elif permissions is not None and not permissions & posting:
+            why = f"it lacks the {name} permission there"
         elif (refused := self._refusals.get(channel_id)) is not None:
             said, seemed, until = refused
             if seemed == permissions and self._clock() < until:
@@ -97,10 +104,13 @@ class DiscordPlatform(Platform):
 
     def _permissions(self, channel_id: str) -> int | None:
         """The account's permissions in the channel as discord.py knows them (None for a channel it does not know)."""
+        channel = self._known(channel_id)
+        return None if channel is None else channel.permissions_for(channel.guild.me).value
+
+    def _known(self, channel_id: str) -> discord.abc.GuildChannel | discord.Thread | None:
+        """The server channel or thread, if discord.py knows it (from the gateway: no request)."""
         channel = self._client.get_channel(int(channel_id)) if channel_id.isdigit() else None
-        if isinstance(channel, discord.abc.GuildChannel):
-            return channel.permissions_for(channel.guild.me).value
-        return None
+        return channel if isinstance(channel, discord.abc.GuildChannel | discord.Thread) else None
 
     def _tell(self, channel_id: str, why: str | None) -> None:
         """Say once that it cannot post in a channel, and once that it can again."""

@@ -280,6 +280,33 @@ async def test_personas_take_part_in_enabled_discord_channels_they_see_and_stay_
     assert asked_a_model == {"hana": 0, "kai": 0}
 
 
+async def test_a_thread_the_fleet_is_enabled_in_is_a_conversation_of_its_own(
+    fake: FakeDiscord, world: World, live: Live
+) -> None:
+    hana = world.personas["hana"]
+    async with discord_fleet(world, live, [eager("hana")]) as fleet:
+        thread = await fake.add_thread(world.lounge, "weekend plans", owner=world.member)
+        await fake.system_message(world.lounge, world.member, 18, content="weekend plans")  # "started a thread"
+        enabled = await fake.invoke(world.mod, thread, "aizuchi enable")
+        first = await fake.human_says(thread, world.member, "so, this weekend")  # the personas come when one speaks
+        await eventually(lambda: str(thread.id) in fleet.runtimes["hana"].channels, what="hana follows the thread")
+        await fleet.runtimes["hana"].join(str(thread.id)).ready()
+        question = await fake.human_says(thread, world.member, "Hana, Saturday or Sunday?")
+        await eventually(lambda: [m for m in thread.messages if m.author is hana], within=10.0, what="her answer")
+        [answer] = [m for m in thread.messages if m.author is hana]
+
+        async def linked() -> bool:
+            return str(answer.id) in [m.platform_message_id for m in await live.history(str(thread.id))]
+
+        await eventually(linked, what="her answer linked")
+        in_thread = await live.history(str(thread.id))
+        in_lounge = await fleet.history()
+
+    assert enabled.content == "aizuchi is on in this channel."
+    assert [m.platform_message_id for m in in_thread] == [str(first.id), str(question.id), str(answer.id)]
+    assert in_lounge == []  # neither the thread's talk nor the notice that it started is the lounge's
+
+
 async def test_a_persona_joins_a_channel_enabled_while_it_runs(
     fake: FakeDiscord, world: World, live: Live, caplog: pytest.LogCaptureFixture
 ) -> None:

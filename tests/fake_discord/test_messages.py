@@ -227,3 +227,28 @@ async def test_a_channel_the_bot_may_not_post_in_refuses_with_missing_permission
 
     assert (raised.value.status, raised.value.code) == (403, 50013)
     assert quiet.messages == []
+
+
+async def test_a_thread_is_a_channel_with_its_parents_permissions_and_a_permission_of_its_own_to_post(
+    fake: FakeDiscord, world: World
+) -> None:
+    talker, mute = fake.add_bot("hana"), fake.add_bot("kai")
+    world.lounge.overwrites.append(Overwrite(target=mute, deny=Perm.SEND_MESSAGES_IN_THREADS))
+    client, other = RecordingClient(intents=CONTENT), RecordingClient(intents=CONTENT)
+    async with running(client, talker.token), running(other, mute.token):
+        thread = await fake.add_thread(world.lounge, "plans", owner=world.member)
+        await fake.wait_until(lambda: client.get_channel(thread.id) is not None)
+        said = await fake.human_says(thread, world.member, "in the thread")
+        await fake.wait_until(lambda: client.messages)
+        seen = client.get_channel(thread.id)
+        posted = await client.get_partial_messageable(thread.id).send("me too")
+        with pytest.raises(discord.Forbidden):
+            await other.get_partial_messageable(thread.id).send("and me")  # Send Messages, but not in threads
+
+    assert isinstance(seen, discord.Thread)
+    assert (seen.parent_id, seen.name) == (world.lounge.id, "plans")
+    assert seen.permissions_for(seen.guild.me).send_messages_in_threads
+    message = client.messages[0]  # (then its own post)
+    assert (message.id, message.channel.id, message.content) == (said.id, thread.id, "in the thread")
+    assert [m.id for m in thread.messages] == [said.id, posted.id]
+    assert world.lounge.messages == []

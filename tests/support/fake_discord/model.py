@@ -293,6 +293,7 @@ class FakeGuild:
     created_at: float
     roles: dict[int, FakeRole] = field(default_factory=dict)
     channels: dict[int, FakeChannel] = field(default_factory=dict)
+    threads: dict[int, FakeChannel] = field(default_factory=dict)  # (public) threads, each under its channel
     members: dict[int, FakeMember] = field(default_factory=dict)
 
     @property
@@ -338,7 +339,8 @@ class FakeGuild:
 
 @dataclass(eq=False, kw_only=True)
 class FakeChannel:
-    """A guild text channel. ``messages`` lists what is in it now (no deletions, no ephemeral replies)."""
+    """A guild text channel, or a public thread under one (``parent``: a thread has no overwrites of its own, its
+    permissions are its parent's). ``messages`` lists what is in it now (no deletions, no ephemeral replies)."""
 
     id: int
     guild: FakeGuild
@@ -347,6 +349,14 @@ class FakeChannel:
     topic: str | None = None
     overwrites: list[Overwrite] = field(default_factory=list)
     history: list[FakeMessage] = field(default_factory=list)
+    parent: FakeChannel | None = None
+    owner_id: int = 0  # a thread's: who started it
+    created_at: float = 0.0
+
+    @property
+    def send_permission(self) -> int:
+        """What posting here takes: Send Messages in a channel, Send Messages in Threads in a thread."""
+        return Perm.SEND_MESSAGES if self.parent is None else Perm.SEND_MESSAGES_IN_THREADS
 
     @property
     def mention(self) -> str:
@@ -362,6 +372,8 @@ class FakeChannel:
         return live[-1].id if live else None
 
     def payload(self) -> dict[str, Any]:
+        if self.parent is not None:
+            return self._thread_payload(self.parent)
         return {
             "id": str(self.id),
             "type": 0,
@@ -377,8 +389,31 @@ class FakeChannel:
             "flags": 0,
         }
 
+    def _thread_payload(self, parent: FakeChannel) -> dict[str, Any]:
+        return {
+            "id": str(self.id),
+            "type": 11,  # a public thread
+            "guild_id": str(self.guild.id),
+            "parent_id": str(parent.id),
+            "owner_id": str(self.owner_id),
+            "name": self.name,
+            "last_message_id": None if self.last_message_id is None else str(self.last_message_id),
+            "rate_limit_per_user": 0,
+            "message_count": len(self.messages),
+            "member_count": 1,
+            "flags": 0,
+            "thread_metadata": {
+                "archived": False,
+                "auto_archive_duration": 1440,
+                "archive_timestamp": iso(self.created_at),
+                "locked": False,
+                "create_timestamp": iso(self.created_at),
+            },
+        }
+
     def __repr__(self) -> str:
-        return f"<FakeChannel #{self.name} id={self.id}>"
+        kind = "thread" if self.parent is not None else "channel"
+        return f"<FakeChannel {kind} #{self.name} id={self.id}>"
 
 
 @dataclass(eq=False, kw_only=True)
@@ -516,7 +551,9 @@ def guild_permissions(member: FakeMember) -> int:
 
 def permissions_in(member: FakeMember, channel: FakeChannel) -> int:
     """Discord's algorithm: guild permissions, then the @everyone overwrite, the member's role overwrites
-    (all denies, then all allows), then the member's own overwrite; no VIEW_CHANNEL means nothing."""
+    (all denies, then all allows), then the member's own overwrite; no VIEW_CHANNEL means nothing. A thread has
+    its parent channel's."""
+    channel = channel.parent or channel
     value = guild_permissions(member)
     if value == ALL_PERMISSIONS:  # the owner and administrators: overwrites do not apply
         return ALL_PERMISSIONS

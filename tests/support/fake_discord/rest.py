@@ -165,10 +165,11 @@ async def _read_body(request: web.Request) -> tuple[Any, list[str]]:
 
 def _channel(call: Call) -> FakeChannel:
     channel_id = call.params["channel_id"]
-    for guild in call.fake.guilds.values():
-        channel = guild.channels.get(int(channel_id)) if channel_id.isdigit() else None
-        if channel is not None:
-            return channel
+    if channel_id.isdigit():
+        for guild in call.fake.guilds.values():
+            channel = guild.channels.get(int(channel_id)) or guild.threads.get(int(channel_id))
+            if channel is not None:
+                return channel
     raise ApiError(404, 10003, "Unknown Channel")
 
 
@@ -337,7 +338,7 @@ async def get_message(call: Call) -> tuple[int, Any]:
 
 async def create_message(call: Call) -> tuple[int, Any]:
     channel = _channel(call)
-    _require(call, channel, Perm.SEND_MESSAGES)
+    _require(call, channel, channel.send_permission)
     body = call.body if isinstance(call.body, dict) else {}
     _check_content(body, call.record.files)
     allowed = _allowed_mentions(body)
@@ -404,7 +405,7 @@ async def delete_message(call: Call) -> tuple[int, Any]:
 
 async def trigger_typing(call: Call) -> tuple[int, Any]:
     channel = _channel(call)
-    _require(call, channel, Perm.SEND_MESSAGES)
+    _require(call, channel, channel.send_permission)
     call.fake._typing(call.bot, channel)
     return 204, None
 

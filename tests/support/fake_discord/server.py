@@ -2,12 +2,11 @@
 
 Entering it starts an aiohttp server on 127.0.0.1 and points discord.py at it (``discord.http.Route.BASE`` and
 ``discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY``, class attributes, so every client in the process uses it;
-both are restored on exit). The test builds the world (guilds, channels, roles, humans, bots; ``set_overwrites``),
-plays the humans (``human_says``, ``edit``, ``delete``, ``bulk_delete``, ``human_dms``, ``react``, ``invoke``, and
-the notices Discord writes itself: ``system_message``), breaks things
-(``fail_next``, ``drop``, ``invalidate``, ``ready_without``, ``close_after_ready``, ``refuse_identify``,
-``delay_events``), and reads what happened (``requests``, ``channel.messages``,
-``gateway_log``).
+both are restored on exit). The test builds the world (guilds, channels, threads, roles, humans, bots;
+``set_overwrites``), plays the humans (``human_says``, ``edit``, ``delete``, ``bulk_delete``, ``human_dms``,
+``react``, ``invoke``, and the notices Discord writes itself: ``system_message``), breaks things (``fail_next``,
+``drop``, ``invalidate``, ``ready_without``, ``close_after_ready``, ``refuse_identify``, ``delay_events``), and reads
+what happened (``requests``, ``channel.messages``, ``gateway_log``).
 """
 
 from __future__ import annotations
@@ -240,6 +239,18 @@ class FakeDiscord:
             session.dispatch("CHANNEL_CREATE", channel.payload())
         return channel
 
+    async def add_thread(self, channel: FakeChannel, name: str, *, owner: FakeUser) -> FakeChannel:
+        """``owner`` starts a public thread under ``channel`` -> THREAD_CREATE to the bots that see the channel
+        (guilds intent). Its permissions are the channel's; posting there takes Send Messages in Threads."""
+        thread = FakeChannel(id=self.snowflake(), guild=channel.guild, name=name, parent=channel, owner_id=owner.id)
+        thread.created_at = self.clock()
+        channel.guild.threads[thread.id] = thread
+        for session in self._sessions_in(channel.guild, intent=Intent.GUILDS, channel=channel):
+            session.dispatch("THREAD_CREATE", {**thread.payload(), "newly_created": True})
+        self._notify()
+        await self.flush()
+        return thread
+
     async def set_overwrites(self, channel: FakeChannel, overwrites: Sequence[Overwrite]) -> None:
         """A moderator replaces the channel's permission overwrites -> CHANNEL_UPDATE to the bots (guilds intent)."""
         channel.overwrites = list(overwrites)
@@ -376,7 +387,7 @@ class FakeDiscord:
         if user.bot:
             raise ValueError("bots post through the REST API; human_says is for people")
         member = self._member(user, channel.guild)
-        if not permissions_in(member, channel) & Perm.SEND_MESSAGES:
+        if not permissions_in(member, channel) & channel.send_permission:
             raise PermissionError(f"{user.name} may not send messages in #{channel.name}")
         prefix = "".join(f"{target.mention} " for target in mentions)
         allowed = None if ping_reply else {"parse": list(ALL_PARSE), "replied_user": False}
@@ -778,7 +789,7 @@ class FakeDiscord:
             "member_count": len(guild.members),
             "members": [m.payload() for m in members],
             "channels": [c.payload() for c in guild.channels.values()],
-            "threads": [],
+            "threads": [t.payload() for t in guild.threads.values() if permissions_in(me, t) & Perm.VIEW_CHANNEL],
             "presences": [],
             "voice_states": [],
             "stage_instances": [],
