@@ -158,7 +158,7 @@ def _personas_import(args: argparse.Namespace) -> int:
             f"{imported.persona['display_name']}: imported from {source.name}, {card.describe()}, by"
             " `aizuchi personas import`.",
             "The comments say where each part came from; what the card held that has no place here was listed",
-            "when it was imported. Give it a color, and tune big_five and talkativeness to the character.",
+            "when it was imported. Change its color if you like, and tune big_five and talkativeness to the character.",
         ]
         text = render_persona(imported.persona, imported.sources, header)
         path, persona = write_persona(directory, text, persona_id, replace=args.force)

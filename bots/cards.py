@@ -17,18 +17,20 @@ from pydantic import TypeAdapter, ValidationError
 from arbiter.contract import Id, display_length
 from bots.card_file import CardData, CardError
 from bots.check import DEFAULT_LENGTHS
+from bots.colors import persona_color
 from bots.llm.scripted import GENERIC
 from bots.text import cut_to_length
 
 if TYPE_CHECKING:
     from bots.card_file import Card
 
-__all__ = ("Imported", "card_to_persona")
+__all__ = ("Imported", "card_to_persona", "name_aliases", "strip_stage_directions")
 
 Language = Literal["en", "ja"]
 
 LINE_LIMIT = 400  # bots.persona.Line: the longest text a persona field or sample holds
 NAME_LIMIT = 80  # display_name and each alias
+ALIAS_LIMIT = 10  # bots.persona.Persona.aliases
 _NEUTRAL = 0.5
 _MIN_SAMPLES = 3  # Samples.aizuchi and Samples.remarks hold at least this many
 _AIZUCHI_COLUMNS = DEFAULT_LENGTHS["aizuchi"]  # an example line this short is a nod
@@ -100,11 +102,7 @@ def card_to_persona(
         notes.sources["language"] = "guessed from the card's text"
 
     display_name = _cut_reported(name, NAME_LIMIT, "name", notes.left_out)
-    aliases = []
-    nickname = _collapse(data.nickname)
-    if nickname and nickname.casefold() != display_name.casefold():
-        aliases.append(_cut_reported(nickname, NAME_LIMIT, "nickname", notes.left_out))
-        notes.sources["aliases"] = "the card's nickname"
+    aliases = _aliases(display_name, _collapse(data.nickname), notes)
     personality, background = _character(data, display_name, char, _WORDS[lang], notes)
     notes.filled_in.append("speaking_style: cards have no such field; a line that points at the samples")
     notes.sources["speaking_style"] = "cards have no such field: say how the character talks"
@@ -119,6 +117,11 @@ def card_to_persona(
         notes.sources["talkativeness"] = "the card's talkativeness (SillyTavern's)"
     samples = _samples(data, {name, char}, char, lang, notes)
     notes.left_out.extend(_unmapped(data))
+    color = persona_color(pid)
+    notes.filled_in.append(f"color: {color}, made from the id (cards have no colour); it reads on both room themes")
+    notes.sources["color"] = (
+        "not in the card: made from the id, a hue of its own whose chip reads on the room's light and dark themes"
+    )
 
     notes.persona.update(
         id=pid,
@@ -131,12 +134,90 @@ def card_to_persona(
         talkativeness=talkativeness,
         provider=provider,
         discord_token_env=_token_env(pid),
+        color=color,
         big_five=dict.fromkeys(
             ("openness", "conscientiousness", "extraversion", "agreeableness", "neuroticism"), _NEUTRAL
         ),
         samples=samples,
     )
     return notes
+
+
+def _aliases(display_name: str, nickname: str, notes: Imported) -> list[str]:
+    """The card's nickname (V3), then the words of the name people would call the character by."""
+    aliases: list[str] = []
+    if nickname and nickname.casefold() != display_name.casefold():
+        aliases.append(_cut_reported(nickname, NAME_LIMIT, "nickname", notes.left_out))
+        notes.sources["aliases"] = "the card's nickname"
+    taken = {name.casefold() for name in (display_name, *aliases)}
+    words = [word for word in name_aliases(display_name) if word.casefold() not in taken]
+    words = words[: ALIAS_LIMIT - len(aliases)]
+    if words:
+        notes.sources["aliases"] = ("the card's nickname, then " if aliases else "") + (
+            "words of its name (not titles, nor short or everyday words)"
+        )
+        notes.filled_in.append(
+            f"aliases: {', '.join(words)}, from the name's words (titles, short and everyday words left out)"
+        )
+    return [*aliases, *words]
+
+
+# Where the part of a name people call the character by ends: an epithet ("Ren the Wanderer", "Lyra, Keeper of
+# Stars", "Sera (Healer)", "Kai - the Bard", "Ash aka ...").
+_NAME_END = re.compile(r"\s*(?:[,(\[{|/:;]|\s[-–—]\s|\b(?:the|of|from|aka|a\.k\.a\.)(?!\w))", re.IGNORECASE)
+_WORD_EDGES = "\"'“”‘’.,!?"
+# Titles, ranks and honorifics: "Captain Isolde Varga" is called Isolde or Varga, not Captain.
+_TITLES = frozenset(
+    """
+    mr mrs ms mx miss mister master madam madame mademoiselle monsieur dame sir lady lord
+    dr doc doctor prof professor rev reverend father mother sister brother saint st
+    captain capt commander cmdr admiral general gen colonel col major lieutenant lt sergeant sgt corporal
+    private officer detective det agent inspector sheriff marshal chief
+    king queen prince princess duke duchess count countess baron baroness earl emperor empress
+    jr sr esq
+    """.split()  # noqa: SIM905 - a list of words reads best as words
+)
+# Words between names ("Erich von Stroheim"), and everyday English words that are also names: a name is matched in
+# any message, in any case, so "Will Turner" answering to "will" would make "I will" address him.
+_COMMON = frozenset(
+    """
+    von van der den ter de del della da di du la le el al bin ibn and
+    will may june april august grace hope joy faith charity patience rose lily daisy ivy holly iris amber
+    ruby pearl jade crystal ray mark bill frank jack don guy max bob sue pat dean rob art rich chase hunter page
+    eve dawn sky summer autumn winter spring sunny honey angel baby buddy star storm rain river stone wolf fox bear
+    hawk crow raven robin sage bishop cook baker mason young long short little small strong wise good best love
+    lucky happy merry noble brave bright swift bliss dash flash blaze ash echo moon sun night day north south
+    east west black white green brown gray grey red blue gold golden silver steel iron dark light new old big
+    great first last one two three hill wood woods field lake marsh bush bell hall park knight grant lane bond
+    cash penny
+    """.split()  # noqa: SIM905 - a list of words reads best as words
+)
+_NOT_NAMES = _TITLES | _COMMON
+_MIN_ALIAS = 3  # shorter words ("Al", "Jo") are too often part of other text
+
+
+def name_aliases(name: str) -> list[str]:
+    """The words of ``name`` (before any epithet) that people would call the character by: Latin-script words that
+    start with a capital, three letters or more, that are not titles, particles, initials, numerals or everyday
+    English words. A name in another script gets none: names there are matched anywhere in a message, with no word
+    breaks to stop a short one being found inside another word."""
+    head = _NAME_END.split(name, maxsplit=1)[0]
+    found: list[str] = []
+    for raw in head.split():
+        word = raw.strip(_WORD_EDGES)
+        if _callable(word) and word.casefold() not in {seen.casefold() for seen in found}:
+            found.append(word)
+    return [word for word in found if word.casefold() != _collapse(name).casefold()]
+
+
+def _callable(word: str) -> bool:
+    return (
+        len(word) >= _MIN_ALIAS
+        and word[0].isupper()
+        and all((char.isalpha() and unicodedata.name(char, "").startswith("LATIN")) or char in "'’-" for char in word)
+        and re.fullmatch(r"[IVXLCDM]+", word) is None  # "Henry VIII"
+        and word.casefold() not in _NOT_NAMES
+    )
 
 
 def _character(data: CardData, name: str, char: str, words: dict[str, str], notes: Imported) -> tuple[str, str]:
@@ -169,9 +250,11 @@ def _character(data: CardData, name: str, char: str, words: dict[str, str], note
 
 
 def _samples(data: CardData, names: set[str], char: str, lang: Language, notes: Imported) -> dict[str, list[str]]:
-    aizuchi, remarks = _example_lines(data.mes_example, names, char, notes.left_out)
-    notes.sources["samples.aizuchi"] = "the character's short lines in the card's example messages"
-    notes.sources["samples.remarks"] = "the character's lines in the card's example messages"
+    in_examples, in_greetings = _Directions(), _Directions()
+    aizuchi, remarks = _example_lines(data.mes_example, names, char, notes.left_out, in_examples)
+    cleaned = ", stage directions taken out" if in_examples else ""
+    notes.sources["samples.aizuchi"] = f"the character's short lines in the card's example messages{cleaned}"
+    notes.sources["samples.remarks"] = f"the character's lines in the card's example messages{cleaned}"
     if len(aizuchi) < _MIN_SAMPLES:
         aizuchi = _fill(aizuchi, GENERIC[lang].aizuchi, "aizuchi", lang, notes.filled_in)
         notes.sources["samples.aizuchi"] += ", then generic nods"
@@ -179,12 +262,15 @@ def _samples(data: CardData, names: set[str], char: str, lang: Language, notes: 
         remarks = _fill(remarks, GENERIC[lang].remarks, "remarks", lang, notes.filled_in)
         notes.sources["samples.remarks"] += ", then generic remarks"
     samples = {"aizuchi": aizuchi, "remarks": remarks}
-    greetings = _greetings(data, char, notes.left_out)
+    greetings = _greetings(data, char, notes.left_out, in_greetings)
     if greetings:
         samples["greetings"] = greetings
         notes.sources["samples.greetings"] = (
-            "the card's first message and other greetings; {name} is whom it greets (the card's {{user}})"
+            "the card's first message and other greetings"
+            + (", stage directions taken out" if in_greetings else "")
+            + "; {name} is whom it greets (the card's {{user}})"
         )
+    _Directions.report((in_examples, in_greetings), notes.left_out)
     return samples
 
 
@@ -291,7 +377,9 @@ _SPEAKER = re.compile(r"^\s*(?P<who>[^\s:：][^:：]{0,39}?)\s*[:：]\s?(?P<text
 _START = re.compile(r"^\s*<start>\s*$", re.IGNORECASE)
 
 
-def _example_lines(mes_example: str, char_names: set[str], char: str, left: list[str]) -> tuple[list[str], list[str]]:
+def _example_lines(
+    mes_example: str, char_names: set[str], char: str, left: list[str], directions: _Directions
+) -> tuple[list[str], list[str]]:
     """The character's own lines in the card's example messages: those short enough for a nod, and the rest."""
     turns: list[tuple[bool, list[str]]] = []  # (the character's?, its lines)
     mine = {name.casefold() for name in char_names} | {"{{char}}", "<bot>", "<char>"}
@@ -313,7 +401,7 @@ def _example_lines(mes_example: str, char_names: set[str], char: str, left: list
     for is_char, lines in turns:
         if not is_char:
             continue
-        text = _collapse(_macros(" ".join(lines), char, "{user}"))
+        text = directions.clean(_collapse(_macros(" ".join(lines), char, "{user}")))
         if not text:
             continue
         if "{user}" in text:
@@ -337,13 +425,13 @@ def _example_lines(mes_example: str, char_names: set[str], char: str, left: list
     return aizuchi, remarks
 
 
-def _greetings(data: CardData, char: str, left: list[str]) -> list[str]:
+def _greetings(data: CardData, char: str, left: list[str], directions: _Directions) -> list[str]:
     """First message, alternate greetings and V3's group-only ones (aizuchi's rooms are all groups), ``{{user}}``
     made the file's ``{name}``."""
     greetings: list[str] = []
     unkept = cut = 0
     for greeting in (data.first_mes, *data.alternate_greetings, *data.group_only_greetings):
-        text = _collapse(_macros(greeting, char, "{name}"))
+        text = directions.clean(_collapse(_macros(greeting, char, "{name}")))
         if not text:
             continue
         if "{" in text.replace("{name}", "") or "}" in text.replace("{name}", ""):
@@ -359,6 +447,98 @@ def _greetings(data: CardData, char: str, left: list[str]) -> list[str]:
     if cut:
         left.append(f"the end of {cut} long greeting(s) (a sample holds {LINE_LIMIT} characters)")
     return greetings
+
+
+@dataclass(slots=True)
+class _Directions:
+    """Stage directions taken out of one kind of sample line, to be reported."""
+
+    cleaned: int = 0  # lines a direction was taken out of
+    dropped: int = 0  # lines that held nothing else
+    example: str = ""  # the first one taken out
+
+    def __bool__(self) -> bool:
+        return bool(self.cleaned or self.dropped)
+
+    def clean(self, text: str) -> str:
+        kept, removed = _without_directions(text)
+        if removed:
+            self.example = self.example or removed[0]
+            if kept:
+                self.cleaned += 1
+            else:
+                self.dropped += 1
+        return kept
+
+    @staticmethod
+    def report(kinds: tuple[_Directions, ...], left: list[str]) -> None:
+        cleaned, dropped = sum(kind.cleaned for kind in kinds), sum(kind.dropped for kind in kinds)
+        if not cleaned and not dropped:
+            return
+        example = next(kind.example for kind in kinds if kind)
+        if len(example) > 40:  # the start of it, to the last whole word
+            example = f"{example[:38].rsplit(' ', 1)[0].rstrip(',;:')}…{example[-1]}"
+        nothing_else = f" ({dropped} of them held nothing else and are dropped)" if dropped else ""
+        left.append(
+            f"stage directions such as {example} in {cleaned + dropped} sample line(s): a persona's lines are what"
+            f" it says{nothing_else}"
+        )
+
+
+# A stage direction: *in asterisks* (the cards' convention), or (in parentheses) where it cannot be an aside.
+_ASTERISKS = re.compile(r"(?<!\*)\*(?![\s*])([^*\n]+?)(?<![\s*])\*(?!\*)")
+_PARENTHESES = re.compile(r"\(([^()\n]{1,80})\)")
+_OOC = re.compile(r"ooc\b", re.IGNORECASE)  # (OOC: a note out of character)
+_PARENTHESIS_WORDS = 6  # "(laughs)", "(sighs softly)"; longer, it reads as prose
+_SENTENCE_END = ".!?…。！？"
+_QUOTE_OPEN = '"“「『'
+_QUOTE_CLOSE = '"”」』'
+_QUOTED = re.compile(r'"([^"“”]*)"|“([^"“”]*)”')
+_SPEECH = re.compile(rf"(?:\s*(?:{_QUOTED.pattern}))+\s*")
+
+
+def strip_stage_directions(text: str) -> str:
+    """``text`` without its stage directions; empty if it held nothing else. See :func:`_is_direction`."""
+    return _without_directions(text)[0]
+
+
+def _without_directions(text: str) -> tuple[str, list[str]]:
+    """``text`` without its stage directions, and the directions taken out (in order)."""
+    removed: list[str] = []
+    while True:  # one at a time: what is left decides whether the next one stands at a sentence's edge
+        found = next(
+            (m for pattern in (_ASTERISKS, _PARENTHESES) for m in pattern.finditer(text) if _is_direction(m)), None
+        )
+        if found is None:
+            break
+        removed.append(found.group(0))
+        left, right = text[: found.start()], text[found.end() :]
+        wide = any(unicodedata.east_asian_width(c) in "WF" for c in (left[-1:], right[:1]) if c)
+        text = left + ("" if wide else " ") + right  # Japanese sentences meet with no space
+    if not removed:
+        return text, removed
+    text = re.sub(r"\s+([,.!?;:…、。！？])", r"\1", _collapse(text)).lstrip(",;:—– ").rstrip(",;—– ")
+    if _SPEECH.fullmatch(text):  # only speech is left ("Come in," "Sit."): it needs no quotes
+        said = [(match.group(1) or match.group(2) or "").strip() for match in _QUOTED.finditer(text)]
+        text = " ".join(
+            f"{part[:-1]}." if part.endswith(",") and following[:1].isupper() else part  # "Come in. Sit."
+            for part, following in zip(said, [*said[1:], ""], strict=True)
+        )
+    return (text if any(char.isalnum() for char in text) else ""), removed
+
+
+def _is_direction(match: re.Match[str]) -> bool:
+    """Whether a span in asterisks or parentheses is a stage direction, not emphasis or an aside. In asterisks: when
+    it starts the line, ends it, comes before a quotation, is a sentence of its own (ends with . ! ?), or stands
+    between two sentences; inside a sentence (``I *really* mean it``) it is emphasis. In parentheses: an OOC note,
+    or a short one that starts the line or stands between sentences, with no lower-case word going on after it;
+    at the end of a sentence it reads as an aside (``I'll be there (probably)``) and stays."""
+    before, after = match.string[: match.start()].rstrip(), match.string[match.end() :].lstrip()
+    inner = match.group(1).strip()
+    between = (not before or before[-1] in _SENTENCE_END + _QUOTE_CLOSE) and not after[:1].islower()
+    if match.group(0).startswith("("):
+        return bool(_OOC.match(inner)) or (len(inner.split()) <= _PARENTHESIS_WORDS and between)
+    return not before or not after or after[0] in _QUOTE_OPEN or inner[-1] in _SENTENCE_END or between
 
 
 def _fill(lines: list[str], generic: tuple[str, ...], what: str, lang: Language, filled: list[str]) -> list[str]:

@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from arbiter.contract import Id
+from bots.colors import persona_color
 from bots.errors import BotError
 
 if TYPE_CHECKING:
@@ -170,7 +171,11 @@ class Persona(BaseModel):
         "scripted", description="name of a provider profile"
     )
     discord_token_env: EnvName | None = Field(None, description="environment variable holding its Discord token")
-    color: Annotated[str, StringConstraints(pattern=r"^#[0-9a-fA-F]{6}$")] = "#888888"
+    color: Annotated[str, StringConstraints(pattern=r"^#[0-9a-fA-F]{6}$")] = Field(
+        # None given: one made from the id, as `aizuchi personas import` writes it (bots/colors.py says how).
+        default_factory=lambda data: persona_color(str(data.get("id", ""))),
+        description="its name chip's colour in the local room",
+    )
     react_with_emoji: bool = Field(False, description="on Discord, give aizuchi as an emoji reaction when it fits")
     mcp_servers: list[McpServer] = Field(
         default_factory=list, max_length=5, description="MCP servers whose tools it may call during its turn"

@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cards import chunk, ja_card, png, text_chunk, v2_card, v3_card
+from arbiter.core.addressing import addressed_personas
+from bots.colors import persona_color, room_readable
+from bots.persona import load_persona
+from tests.support.cards import chunk, isolde_card, ja_card, png, text_chunk, v2_card, v3_card
 
 AIZUCHI = Path(sys.executable).parent / "aizuchi"  # the console script installed beside this Python (.venv/bin)
 
@@ -63,6 +66,45 @@ def test_a_png_card_becomes_a_persona_the_check_accepts(tmp_path: Path, personas
 
     assert check.returncode == 0, check.stderr
     assert "seraphina-vale Seraphina Vale en  profile=scripted" in check.stdout
+    assert check.stdout.rstrip().endswith("1 persona(s) checked: ok")
+
+
+def test_an_imported_persona_is_usable_as_it_is(tmp_path: Path, personas: Path) -> None:
+    """A card with a title in its name and actions around its lines: the persona answers to its first name, has a
+    colour of its own, says only what the character says, and the report names all three."""
+    card = tmp_path / "Isolde.png"
+    card.write_bytes(png(text_chunk("chara", isolde_card())))
+
+    result = aizuchi(tmp_path, "personas", "import", str(card), AIZUCHI_PERSONAS_DIR=str(personas))
+
+    assert result.returncode == 0, result.stderr
+    written = personas / "captain-isolde-varga.toml"
+    color = persona_color("captain-isolde-varga")
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"wrote {written}: Captain Isolde Varga (en), from a Character Card V2 in PNG"
+    assert "filled in: aliases: Isolde, Varga, from the name's words (titles, short and everyday words left out)" in (
+        lines
+    )
+    assert f"filled in: color: {color}, made from the id (cards have no colour); it reads on both room themes" in lines
+    assert (
+        "left out: stage directions such as *She grins.* in 5 sample line(s): a persona's lines are what it says "
+        "(1 of them held nothing else and are dropped)"
+    ) in lines
+
+    persona = load_persona(written)
+    assert addressed_personas("Isolde, hi", {"rin": ("Rin",), persona.id: persona.names}) == (persona.id,)
+    assert (persona.color, room_readable(persona.color)) == (color, True)
+    samples = persona.samples
+    assert samples.greetings == ["You're the new navigator, {name}? Sit down."]
+    assert [line for line in samples.remarks + samples.aizuchi if "*" in line] == [
+        "I *really* mean it: the storm is coming."  # emphasis, not a stage direction
+    ]
+    text = written.read_text(encoding="utf-8")
+    assert f'color = "{color}"' in text
+    assert "# the character's lines in the card's example messages, stage directions taken out" in text
+
+    check = aizuchi(tmp_path, "personas", "check", AIZUCHI_PERSONAS_DIR=str(personas))
+    assert check.returncode == 0, check.stderr
     assert check.stdout.rstrip().endswith("1 persona(s) checked: ok")
 
 

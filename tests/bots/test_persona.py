@@ -14,6 +14,7 @@ import pytest
 import tomli_w
 
 from bots.check import check_personas
+from bots.colors import persona_color
 from bots.persona import PersonaError, load_persona, load_personas
 from bots.text import is_emoji
 
@@ -85,7 +86,7 @@ def test_a_valid_file_loads_with_its_defaults(tmp_path: Path) -> None:
     assert persona.id == "aoi"
     assert persona.names == ("Aoi", "Aoi-chan")
     assert persona.big_five.openness == 0.5
-    assert (persona.color, persona.react_with_emoji) == ("#888888", False)
+    assert (persona.color, persona.react_with_emoji) == (persona_color("aoi"), False)  # its own, not a grey
     # An older file, with only nods and remarks, still loads: the per-kind sets are optional.
     samples = persona.samples
     assert (samples.greetings, samples.farewells, samples.thanks) == ([], [], [])

@@ -102,3 +102,27 @@ def ja_card(**changes: Any) -> dict[str, Any]:
     }
     data.update(changes)
     return {"spec": "chara_card_v2", "spec_version": "2.0", "data": data}
+
+
+def isolde_card(**changes: Any) -> dict[str, Any]:
+    """A V2 card as many are written: a title in the name, and actions in asterisks around what the character says."""
+    data: dict[str, Any] = {
+        "name": "Captain Isolde Varga",
+        "description": "{{char}} commands the airship Kestrel. She trusts her crew and no one else.",
+        "personality": "Dry, fearless, fiercely loyal.",
+        "scenario": "{{user}} has just signed on as navigator.",
+        "first_mes": '*She looks up from the charts.* "You\'re the new navigator, {{user}}? Sit down."',
+        "mes_example": (
+            "<START>\n"
+            "{{user}}: Are we in danger?\n"
+            "{{char}}: *She grins.* Always. That's what makes it fun.\n"
+            "{{user}}: Should I worry?\n"
+            "{{char}}: *shrugs*\n"
+            "{{char}}: I *really* mean it: the storm is coming.\n"
+            "{{char}}: (laughs) Not yet.\n"
+            "{{char}}: Hm. *nods*\n"
+            "{{char}}: We climb at dawn. Hold on to something, and don't look down.\n"
+        ),
+    }
+    data.update(changes)
+    return {"spec": "chara_card_v2", "spec_version": "2.0", "data": data}
