@@ -9,8 +9,27 @@ BROWSER := /usr/bin/chromium
 
 .PHONY: run test lint screenshot clean
 
+# `make run` says what aizuchi says, and nothing of its own. GNU make follows a failed recipe with a line of its own
+# ("make: *** [Makefile:NN: run] Error 1") and exits 2, whatever the flags: -s and .SILENT quiet only the echo of
+# the command, `exec` in the recipe changes nothing (make still waits for it), and an error quieted with `-` and -s
+# makes make exit 0. One failure is quiet: in question mode (-q), a recursive recipe line (+) that exits 1 means
+# "not up to date", which make reports by exiting 1 without a word. So once aizuchi is installed and up to date,
+# `make run` (or plain `make`) runs in question mode, and a failing aizuchi is its own line and status 1 (its status
+# 2, for invalid settings, becomes 1 too: make exits only 0, 1 or 2, and 2 is never quiet). When it must install
+# first, or under -n, -q or -t, make runs as usual: a failure then ends with make's line and status 2.
+ifeq ($(filter-out run,$(or $(MAKECMDGOALS),run)),)
+INSTALLED := $(and $(wildcard $(VENV)/.installed),$(wildcard $(BIN)/python))
+STALE := $(shell find pyproject.toml -newer $(VENV)/.installed 2>/dev/null)
+MODES := $(firstword -$(MAKEFLAGS))
+AS_USUAL := $(findstring n,$(MODES))$(findstring q,$(MODES))$(findstring t,$(MODES))
+QUIET_RUN := $(and $(INSTALLED),$(if $(STALE)$(AS_USUAL),,yes))
+endif
+ifneq ($(QUIET_RUN),)
+MAKEFLAGS += -q
+endif
+
 run: $(VENV)/.installed
-	$(BIN)/aizuchi run
+	$(if $(QUIET_RUN),+)@$(BIN)/aizuchi run || exit 1
 
 test: $(VENV)/.installed-dev $(BROWSER)
 	$(BIN)/ruff check .

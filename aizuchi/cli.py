@@ -351,9 +351,14 @@ def describe_settings_error(error: ValidationError) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from aizuchi.errors import FleetError
+    from aizuchi.settings import unknown_settings
     from arbiter.core.errors import ArbiterError
     from bots.errors import BotError
 
+    if args.command != "bench":  # the benchmarks read no settings
+        # A misspelt setting is ignored by the settings classes: said once, at start, before anything else.
+        for line in unknown_settings():
+            print(line, file=sys.stderr)
     try:
         return int(args.func(args))
     except ValidationError as error:

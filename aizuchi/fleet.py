@@ -101,7 +101,7 @@ def cast_personas(settings: BotsSettings, env: Mapping[str, str], only: list[str
 
 def offline_notice(cast: Cast) -> str | None:
     """What to tell a person when some personas run on the offline stand-in: that they do, and how to switch on
-    a real model. None when every persona has a real one."""
+    a real model, a hosted one or one on this machine. None when every persona has a real one."""
     offline = [p.display_name for p in cast.personas if cast.profiles[p.id].provider == "scripted"]
     if not offline:
         return None
@@ -110,6 +110,7 @@ def offline_notice(cast: Cast) -> str | None:
     return (
         f"{who} {verb}: lines from the persona files, no language model. For a real one, put "
         "AIZUCHI_PROFILE=anthropic and ANTHROPIC_API_KEY=... (or openai and OPENAI_API_KEY) in .env and start again."
+        " For a model on this machine, put AIZUCHI_PROFILE=ollama with Ollama running: no key needed."
     )
 
 

@@ -55,6 +55,33 @@ class BotsSettings(BaseSettings):
         description="the personas' bearer tokens for the arbiter (the same variable the arbiter reads)",
     )
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
+    # Local models. The built-in profiles `ollama` and `local` read these four by name (their base_url_env and
+    # model_env, as a profile reads its key from api_key_env); they are declared here so that they are documented
+    # and checked with the other settings. Unset: the profile's own value (profiles.toml, or the built-in's).
+    # (The defaults named here are bots.llm.profiles' OLLAMA_URL and OLLAMA_MODEL; a test holds them equal.)
+    ollama_url: str | None = Field(
+        None, description="Ollama's OpenAI-compatible API, for the ollama profile (default http://127.0.0.1:11434/v1)"
+    )
+    ollama_model: str | None = Field(
+        None,
+        description="the model the ollama profile asks Ollama for: any you have pulled (default gemma4; "
+        "`ollama pull gemma4`)",
+    )
+    local_url: str | None = Field(
+        None,
+        description="an OpenAI-compatible server's API, for the local profile: llama.cpp's llama-server "
+        "(http://127.0.0.1:8080/v1), vLLM (http://127.0.0.1:8000/v1), LM Studio (http://127.0.0.1:1234/v1)",
+    )
+    local_model: str | None = Field(
+        None, description="the model id that server serves, for the local profile (its /v1/models lists them)"
+    )
+
+    @field_validator("ollama_url", "local_url")
+    @classmethod
+    def _http(cls, url: str | None) -> str | None:
+        if url is not None and not url.strip().lower().startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://, e.g. http://127.0.0.1:8080/v1")
+        return url.strip() if url is not None else None
 
     @field_validator("personas", mode="before")
     @classmethod

@@ -20,6 +20,7 @@ import contextlib
 import logging
 import sqlite3
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg
@@ -60,6 +61,28 @@ def normalize_url(url: str) -> URL:
     )
 
 
+def _check_folder(path: Path) -> None:
+    """Refuse a database file whose folder is missing, rather than make the folder: ``sqlite:///tmp/x.db`` is the
+    relative path ``tmp/x.db`` (an absolute one takes four slashes), and creating ``./tmp/`` for it would hide the
+    mistake. The database file itself is created on first use, in a folder that exists."""
+    folder = path.parent
+    if folder.is_dir():
+        return
+    blocking = next((p for p in reversed(path.parents) if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise StorageError(
+            f"cannot open the database {path}: {blocking} is a file, not a directory", code="database_unavailable"
+        )
+    absolute = Path("/", path)
+    meant = (
+        f", or write sqlite:///{absolute} for {absolute}" if not path.is_absolute() and absolute.parent.is_dir() else ""
+    )
+    raise StorageError(
+        f"cannot open the database {path}: the folder {folder} does not exist: create it{meant}",
+        code="database_unavailable",
+    )
+
+
 class Database:
     """Use :meth:`open`; close with :meth:`dispose`."""
 
@@ -78,7 +101,8 @@ class Database:
     def open(url: str, *, pool_size: int = 8) -> Database:
         parsed = normalize_url(url)
         if parsed.get_backend_name() == "sqlite":
-            sqlite_path(parsed)  # refuses an in-memory database clearly, before the pool options would fail on it
+            # Refuses an in-memory database clearly, before the pool options would fail on it.
+            _check_folder(sqlite_path(parsed))
             return SqliteDatabase(parsed)
         return PostgresDatabase(parsed, pool_size=pool_size)
 

@@ -1,12 +1,17 @@
 """Provider profiles: which API, which model, where, with which key variable; and the provider factory.
 
-A persona names a profile. Three are built in (``scripted``, ``anthropic``, ``openai``); one TOML file adds
-more or changes the built-ins, one ``[profiles.<name>]`` table each (see profiles.example.toml). A table named
-like a built-in starts from it, so ``[profiles.openai]`` with only ``model = "..."`` changes just the model
-(unless the table names another provider: then it starts afresh).
+A persona names a profile. Five are built in: ``scripted`` (offline), ``anthropic``, ``openai``, and two for local
+models, ``ollama`` (Ollama on this machine) and ``local`` (any OpenAI-compatible server by URL: llama.cpp's
+llama-server, vLLM, LM Studio). One TOML file adds more or changes the built-ins, one ``[profiles.<name>]`` table
+each (see profiles.example.toml). A table named like a built-in starts from it, so ``[profiles.openai]`` with only
+``model = "..."`` changes just the model (unless the table names another provider: then it starts afresh).
 
 Profiles hold the *name* of the environment variable with the key, never the key: :func:`create_provider`
-reads it from the environment it is given, hands it to the SDK client, and keeps it nowhere else.
+reads it from the environment it is given, hands it to the SDK client, and keeps it nowhere else. The same goes
+for a server's address and model where a profile names variables for them (``base_url_env``, ``model_env``): the
+built-in ``ollama`` and ``local`` profiles read theirs from the settings AIZUCHI_OLLAMA_URL / AIZUCHI_OLLAMA_MODEL
+and AIZUCHI_LOCAL_URL / AIZUCHI_LOCAL_MODEL (declared in bots.settings), so no file is needed to switch to them.
+A variable that is set wins over the profile's own value.
 """
 
 from __future__ import annotations
@@ -33,10 +38,26 @@ __all__ = (
     "create_provider",
     "load_profiles",
     "required_key",
+    "resolve_profile",
 )
 
 # Sent as the key to OpenAI-compatible servers that take none (Ollama, a local vLLM): the SDK wants one.
 NO_KEY = "no-key"
+
+# Ollama's OpenAI-compatible API at its default local address (docs.ollama.com/api/openai-compatibility), and a
+# current small instruct model from its library (`ollama pull gemma4`, as Google's Gemma guide for Ollama says:
+# ai.google.dev/gemma/docs/integrations/ollama). Both are settings: AIZUCHI_OLLAMA_URL, AIZUCHI_OLLAMA_MODEL.
+OLLAMA_URL = "http://127.0.0.1:11434/v1"
+OLLAMA_MODEL = "gemma4"
+# Where each common OpenAI-compatible server listens by default, for the message that asks for AIZUCHI_LOCAL_URL.
+LOCAL_SERVERS = (
+    "llama.cpp's llama-server: http://127.0.0.1:8080/v1",
+    "vLLM: http://127.0.0.1:8000/v1",
+    "LM Studio: http://127.0.0.1:1234/v1",
+)
+
+# A variable's name, as the settings and the shell write them.
+_ENV_NAME = r"^[A-Z_][A-Z0-9_]*$"
 
 
 class ProfileError(BotError):
@@ -56,6 +77,10 @@ class ProviderProfile(BaseModel):
         None,
         description="the environment variable holding the key; for openai, None sends a placeholder key",
     )
+    base_url_env: str | None = Field(
+        None, pattern=_ENV_NAME, description="a variable that, when set, replaces base_url (for a server's address)"
+    )
+    model_env: str | None = Field(None, pattern=_ENV_NAME, description="a variable that, when set, replaces model")
     max_tokens: int = Field(1024, ge=1, le=200_000)
     # A turn lasts as long as the persona's claim (about 30 s): an attempt must answer well within it. A thinking
     # model may need more, hence the high ceiling.
@@ -80,8 +105,8 @@ class ProviderProfile(BaseModel):
 
     @model_validator(mode="after")
     def _provider_needs(self) -> ProviderProfile:
-        if self.provider in ("anthropic", "openai") and not self.model:
-            raise ValueError(f"a {self.provider} profile needs a model")
+        if self.provider in ("anthropic", "openai") and not self.model and not self.model_env:
+            raise ValueError(f"a {self.provider} profile needs a model (or model_env, the variable naming one)")
         if self.provider == "anthropic" and not self.api_key_env:
             raise ValueError("an anthropic profile needs api_key_env (the variable holding the key)")
         return self
@@ -103,6 +128,55 @@ BUILTIN_PROFILES: dict[str, ProviderProfile] = {
         api_key_env="OPENAI_API_KEY",
         # Chat Completions takes function tools on this model only without reasoning; short lines need none.
         extra_body={"reasoning_effort": "none"},
+    ),
+    # Ollama on this machine: `ollama pull gemma4`, and it is served at once (the app, or `ollama serve`). No key:
+    # Ollama ignores the one the SDK insists on (NO_KEY is sent). What its OpenAI compatibility does with each field
+    # (docs.ollama.com/api/openai-compatibility; the request it reads is openai.ChatCompletionRequest in
+    # github.com/ollama/ollama, openai/openai.go):
+    # - tool_choice is not among the fields it reads (its documentation leaves it unticked too), so a "forced" decide
+    #   call is only a suggestion the model may answer in prose; response_format json_schema becomes Ollama's
+    #   `format`, which constrains the sampling to the schema (its structured outputs, since v0.5): json_schema it is.
+    # - max_completion_tokens is not read (an unknown field is dropped without a word), max_tokens is: the cap.
+    # - reasoning_effort "none" turns a thinking model's thinking off (think=false), which a one-line answer does
+    #   not need; a model that cannot think accepts it too (only think=true is refused there).
+    # - no "strict" on tools: they are not used to decide here, and Ollama has no strict mode to ask for.
+    # The first call loads the model into memory, which can take many seconds: a longer timeout (the turn's own
+    # time bounds each call anyway).
+    "ollama": ProviderProfile(
+        name="ollama",
+        provider="openai",
+        model=OLLAMA_MODEL,
+        base_url=OLLAMA_URL,
+        base_url_env="AIZUCHI_OLLAMA_URL",
+        model_env="AIZUCHI_OLLAMA_MODEL",
+        structured_output="json_schema",
+        strict_tools=False,
+        max_tokens_param="max_tokens",
+        extra_body={"reasoning_effort": "none"},
+        timeout_s=60,
+    ),
+    # Any other OpenAI-compatible server, by URL and model (AIZUCHI_LOCAL_URL, AIZUCHI_LOCAL_MODEL; no defaults, so
+    # a missing one is said at start). What such servers share is schema-constrained output through
+    # response_format json_schema: llama.cpp's llama-server ("schema-constrained JSON response format",
+    # tools/server/README.md), vLLM (its structured outputs; vllm/entrypoints/openai/protocol.py turns the schema
+    # into guided decoding), LM Studio (lmstudio.ai/docs/advanced/structured-output) and Ollama. A forced tool call
+    # is not shared: llama.cpp takes tool_choice only as "auto", "none" or "required" (common/chat.cpp) and calls
+    # tools only with a tool-aware chat template (--jinja); LM Studio answers a named tool_choice with a 400
+    # ("Invalid tool_choice type: 'object'", as its users report); only vLLM forces a named function (its tool
+    # calling docs). All of them read max_tokens (vLLM reads max_completion_tokens too). Neither strict nor
+    # reasoning_effort is sent: vLLM takes only "low", "medium" or "high" for the latter (protocol.py). A thinking
+    # model's thinking is turned off in profiles.toml with the server's own switch, e.g.
+    # extra_body = { chat_template_kwargs = { enable_thinking = false } } (llama.cpp and vLLM), and a server
+    # started with an API key gets it through api_key_env there too.
+    "local": ProviderProfile(
+        name="local",
+        provider="openai",
+        base_url_env="AIZUCHI_LOCAL_URL",
+        model_env="AIZUCHI_LOCAL_MODEL",
+        structured_output="json_schema",
+        strict_tools=False,
+        max_tokens_param="max_tokens",
+        timeout_s=60,
     ),
 }
 
@@ -160,7 +234,8 @@ def create_provider(
     """Build the profile's provider. The scripted provider speaks ``persona``'s sample lines in its language
     (generic English lines without one), deterministically for ``seed``; the others ignore both.
 
-    Raises LLMAuthError naming the variable when the profile's key variable is unset or empty.
+    Raises LLMAuthError naming the variable when the profile's key variable is unset or empty, and ProfileError
+    naming the variables when the profile has no address or no model (see :func:`resolve_profile`).
     """
     # Imported here so that a scripted-only fleet does not pay for importing both SDKs.
     if profile.provider == "scripted":
@@ -170,6 +245,7 @@ def create_provider(
             return ScriptedProvider(seed=seed, latency_s=profile.latency_s)
         return ScriptedProvider.for_persona(persona, seed=seed, latency_s=profile.latency_s)
     api_key = required_key(profile, env)
+    profile = resolve_profile(profile, env)
     if profile.provider == "anthropic":
         from bots.llm.anthropic_chat import AnthropicChat  # noqa: PLC0415
 
@@ -179,8 +255,38 @@ def create_provider(
     return OpenAIChat(profile, api_key)
 
 
+def resolve_profile(profile: ProviderProfile, env: Mapping[str, str]) -> ProviderProfile:
+    """``profile`` with the values of its variables (``base_url_env``, ``model_env``) where they are set.
+
+    Raises ProfileError, one line naming the variables to set, when the profile is left without a model, or names
+    an address variable and has no address (a ``base_url`` of None would mean the provider's official API).
+    """
+    changes: dict[str, str] = {}
+    for field, variable in (("base_url", profile.base_url_env), ("model", profile.model_env)):
+        value = env.get(variable, "").strip() if variable else ""
+        if value:
+            changes[field] = value
+    resolved = profile.model_copy(update=changes)
+    missing = []
+    if profile.base_url_env and not resolved.base_url:
+        missing.append(profile.base_url_env)
+    if profile.provider != "scripted" and not resolved.model:
+        missing.append(profile.model_env or "model")
+    if missing:
+        example = " ".join(f"{name}=..." for name in missing)
+        where = f" (where the server listens: {'; '.join(LOCAL_SERVERS)})" if profile.base_url_env in missing else ""
+        raise ProfileError(
+            f"profile {profile.name!r} needs {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'}"
+            f" not set: put {example} in .env{where}"
+        )
+    return resolved
+
+
 def required_key(profile: ProviderProfile, env: Mapping[str, str]) -> str:
-    """The key the profile's provider is called with. Raises LLMAuthError naming the variable if it is unset."""
+    """The key the profile's provider is called with. Raises LLMAuthError naming the variable if it is unset, and
+    ProfileError when the profile's address or model is missing (checked here too, so that a setup check that
+    asks for the key finds them missing before anything starts)."""
+    resolve_profile(profile, env)
     if profile.provider == "scripted" or profile.api_key_env is None:
         return NO_KEY
     key = env.get(profile.api_key_env, "").strip()

@@ -48,6 +48,17 @@ async def persona_lines(base: str) -> list[dict[str, Any]]:
     return [m for m in history if m["author_kind"] == "persona"]
 
 
+async def rin_answers(fleet: Aizuchi, base: str, llm: FakeLLMServer) -> dict[str, Any]:
+    """Ann asks Rin how she is: Rin's one answer (or, if none comes, what the server refused and the log)."""
+    await say(base, "Rin, how are you today?")
+    try:
+        await eventually(lambda: persona_lines(base), within=20.0, what="rin answers")
+    except AssertionError as failed:
+        raise AssertionError(f"{failed}; refused: {llm.refusals}; log:\n{fleet.stderr}") from None
+    [line] = await persona_lines(base)
+    return line
+
+
 async def test_the_example_dotenv_copied_as_the_readme_says_opens_the_room(tmp_path: Path) -> None:
     # The README: copy .env.example to .env and fill in what you need. Here only the port and the database move.
     example = EXAMPLE.read_text()
@@ -69,7 +80,9 @@ async def test_the_example_dotenv_copied_as_the_readme_says_opens_the_room(tmp_p
     # Without a key the personas are stand-ins, and both the room and the log say so, and how to change it.
     assert notice.startswith("Rin, Theo and Juno are offline stand-ins")
     assert "AIZUCHI_PROFILE=anthropic and ANTHROPIC_API_KEY" in notice
+    assert "AIZUCHI_PROFILE=ollama with Ollama running: no key needed" in notice  # a model on this machine
     assert fleet.matching(re.escape(notice))
+    assert not fleet.matching(r"is not a setting")  # every name in the example is one
 
 
 @pytest.mark.parametrize("provider", ["anthropic", "openai"])
@@ -87,12 +100,7 @@ async def test_a_key_only_in_dotenv_reaches_the_provider(tmp_path: Path, provide
         )
         async with Aizuchi.start(tmp_path, "run") as fleet:
             base = (await fleet.wait_for(ROOM_LINE)).group(1)
-            await say(base, "Rin, how are you today?")
-            try:
-                await eventually(lambda: persona_lines(base), within=20.0, what="rin answers")
-            except AssertionError as failed:
-                raise AssertionError(f"{failed}; refused: {llm.refusals}; log:\n{fleet.stderr}") from None
-            [line] = await persona_lines(base)
+            line = await rin_answers(fleet, base, llm)
             assert await fleet.stop() == 0
 
     assert (line["author_id"], line["text"]) == ("rin", "Doing well, thanks for asking!")
@@ -102,6 +110,40 @@ async def test_a_key_only_in_dotenv_reaches_the_provider(tmp_path: Path, provide
     assert KEYS[provider] in (headers.get("x-api-key"), headers.get("authorization", "").removeprefix("Bearer "))
     assert KEYS[provider] not in fleet.stdout + fleet.stderr
     assert "Traceback" not in fleet.stderr
+
+
+@pytest.mark.parametrize("profile", ["ollama", "local"])
+async def test_a_model_on_this_machine_answers_a_person(tmp_path: Path, profile: str) -> None:
+    # Ollama as Ollama answers (its model list, what it reads); any other OpenAI-compatible server by its URL. No
+    # key, no profiles.toml: the built-in profile and its settings in .env.
+    reply = decision_reply("json_schema", {"action": "remark", "text": "Doing well, thanks for asking!"})
+    server = (
+        FakeLLMServer(reply, ollama=["gemma4:latest"]) if profile == "ollama" else FakeLLMServer(reply, lenient=True)
+    )
+    async with server as llm:
+        where = (
+            {"AIZUCHI_OLLAMA_URL": llm.openai_url}
+            if profile == "ollama"
+            else {"AIZUCHI_LOCAL_URL": llm.openai_url, "AIZUCHI_LOCAL_MODEL": "qwen3-8b"}
+        )
+        write_dotenv(tmp_path, AIZUCHI_PERSONAS="rin", AIZUCHI_PROFILE=profile, **where)
+        async with Aizuchi.start(tmp_path, "run") as fleet:
+            base = (await fleet.wait_for(ROOM_LINE)).group(1)
+            async with aiohttp.ClientSession() as session, session.get(f"{base}/room/api/{ROOM}/snapshot") as got:
+                notice = (await got.json())["notice"]
+            line = await rin_answers(fleet, base, llm)
+            assert await fleet.stop() == 0
+
+    assert (line["author_id"], line["text"]) == ("rin", "Doing well, thanks for asking!")
+    assert notice is None  # no offline stand-in to explain
+    assert fleet.matching(rf"persona rin \(Rin\) runs on profile {profile}")
+    [request] = llm.requests
+    assert request.body["model"] == ("gemma4" if profile == "ollama" else "qwen3-8b")
+    assert request.body["response_format"]["type"] == "json_schema"
+    assert llm.refusals == []
+    assert llm.ignored == []  # nothing Ollama would have dropped
+    assert "Traceback" not in fleet.stderr
+    assert not fleet.matching(r"is not a setting")
 
 
 def taken_port() -> socket.socket:
@@ -128,8 +170,8 @@ def taken_port() -> socket.socket:
         ),
         pytest.param(
             {"AIZUCHI_PROFILE": "antropic"},
-            "aizuchi: no provider profile named 'antropic' (AIZUCHI_PROFILE); known: anthropic, openai, scripted"
-            " (add one to profiles.toml)",
+            "aizuchi: no provider profile named 'antropic' (AIZUCHI_PROFILE); known: anthropic, local, ollama, openai,"
+            " scripted (add one to profiles.toml)",
             id="unknown-profile",
         ),
         pytest.param(
@@ -137,6 +179,31 @@ def taken_port() -> socket.socket:
             "aizuchi: cannot open the database {workdir}/.env/aizuchi.db: {workdir}/.env is a file, not a directory"
             " (check ARBITER_DATABASE_URL)",
             id="unwritable-database",
+        ),
+        pytest.param(
+            {"AIZUCHI_PROFILE": "local", "AIZUCHI_LOCAL_MODEL": "qwen3-8b"},
+            "aizuchi: profile 'local' needs AIZUCHI_LOCAL_URL, which is not set: put AIZUCHI_LOCAL_URL=... in .env"
+            " (where the server listens: llama.cpp's llama-server: http://127.0.0.1:8080/v1; vLLM:"
+            " http://127.0.0.1:8000/v1; LM Studio: http://127.0.0.1:1234/v1)",
+            id="local-server-not-set",
+        ),
+        pytest.param(
+            {"AIZUCHI_PROFILE": "local", "AIZUCHI_LOCAL_URL": "127.0.0.1:8080/v1", "AIZUCHI_LOCAL_MODEL": "m"},
+            "aizuchi: invalid settings: AIZUCHI_LOCAL_URL: must start with http:// or https://, e.g."
+            " http://127.0.0.1:8080/v1",
+            id="local-server-not-a-url",
+        ),
+        pytest.param(
+            {"ARBITER_DATABASE_URL": "sqlite:///tmp/aizuchi.db"},
+            "aizuchi: cannot open the database tmp/aizuchi.db: the folder tmp does not exist: create it, or write"
+            " sqlite:////tmp/aizuchi.db for /tmp/aizuchi.db (check ARBITER_DATABASE_URL)",
+            id="database-folder-missing-relative",
+        ),
+        pytest.param(
+            {"ARBITER_DATABASE_URL": "sqlite:///{workdir}/data/aizuchi.db"},
+            "aizuchi: cannot open the database {workdir}/data/aizuchi.db: the folder {workdir}/data does not exist:"
+            " create it (check ARBITER_DATABASE_URL)",
+            id="database-folder-missing",
         ),
         pytest.param(
             {"ARBITER_PORT": "eighty"},
@@ -162,6 +229,18 @@ def test_a_setup_mistake_is_one_line_and_a_failing_status(tmp_path: Path, variab
     assert status in (1, 2)
     assert stderr.splitlines() == [says.format(workdir=tmp_path, personas=SHIPPED_PERSONAS)]
     assert stdout == ""
+    assert [path.name for path in tmp_path.iterdir()] == [".env"]  # nothing made: no folder, no database
+
+
+async def test_the_default_database_is_made_in_the_working_directory(tmp_path: Path) -> None:
+    # sqlite:///aizuchi.db: a file in the directory aizuchi runs in, which exists; only a missing folder is refused.
+    (tmp_path / ".env").write_text(dotenv({"ARBITER_PORT": 0, "AIZUCHI_PERSONAS": "rin"}))
+
+    async with Aizuchi.start(tmp_path, "run") as fleet:
+        await fleet.wait_for(ROOM_LINE)
+        assert await fleet.stop() == 0
+
+    assert (tmp_path / "aizuchi.db").is_file()
 
 
 def test_a_port_in_use_names_the_variable_that_moves_it(tmp_path: Path) -> None:

@@ -75,6 +75,26 @@ much more than OpenAI does):
   in properties. Missing '...'.": github.com/kevinwatt/mysql-mcp/issues/5; the SDK's ``strict`` docstrings).
 
 ``FakeLLMServer(lenient=True)`` models a lenient OpenAI-compatible server whatever the model name.
+
+``FakeLLMServer(ollama=["gemma4:latest", ...])`` answers on the OpenAI endpoints as Ollama does, with those models
+pulled. What its OpenAI compatibility reads, refuses and answers, from its documentation
+(docs.ollama.com/api/openai-compatibility) and its source (github.com/ollama/ollama: openai/openai.go for the
+request it reads and the shapes it answers, middleware/openai.go and server/routes.go for the refusals):
+
+- ``GET /v1/models``: ``{"object": "list", "data": [...]}``, one ``{"id", "object": "model", "created",
+  "owned_by"}`` per pulled model, ``owned_by`` the name's namespace ("library" for the official ones); ``data`` is
+  ``null`` when no model is pulled (a Go nil slice). ``GET /v1/models/{model}``: that model, or a 404.
+- ``POST /v1/chat/completions`` reads only ``OLLAMA_FIELDS``; any other field is dropped without a word (Go's JSON
+  decoding), so the server lists them in ``ignored`` instead of refusing them: ``tool_choice`` (a forced tool call
+  is only a suggestion to Ollama) and ``max_completion_tokens`` (no cap at all) among them.
+- Refused, in Ollama's error shape (``{"error": {"message", "type", "param": null, "code": null}}``): no messages
+  ("[] is too short - 'messages'"), a message without content that makes no tool calls ("invalid message content
+  type: <nil>"), a ``reasoning_effort`` (or ``reasoning.effort``) other than high, medium, low or none ("invalid
+  reasoning value: ..."), no model ("model is required"), and a model not pulled (404, "model 'x' not found"; a
+  name without a tag means ``:latest``).
+- ``response_format`` ``json_schema`` is Ollama's ``format``: the answer follows the schema (the test scripts it).
+  The key is ignored (the SDK's placeholder is fine); the answer carries ``"system_fingerprint": "fp_ollama"``.
+
 """
 
 from __future__ import annotations
@@ -93,7 +113,7 @@ from openai.types.chat.completion_create_params import CompletionCreateParamsNon
 from bots.llm.profiles import BUILTIN_PROFILES, ProviderProfile
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Iterable, Iterator, Mapping
     from types import TracebackType
 
 __all__ = (
@@ -101,6 +121,7 @@ __all__ = (
     "FAKE_KEY",
     "FAKE_KEY_ENV",
     "GPT_MODELS",
+    "OLLAMA_FIELDS",
     "ClaudeModel",
     "FakeLLMServer",
     "GPTModel",
@@ -267,11 +288,12 @@ _OPENAI_FIELDS = (
 
 
 class _Refused(Exception):
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None, status: int = 400) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         self.code = code
+        self.status = status
 
 
 M = TypeVar("M")
@@ -512,6 +534,73 @@ def _objects(schema: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[st
             yield from _objects(child, (*path, key, str(index)))
 
 
+# --- Ollama ---------------------------------------------------------------------------------------------
+
+# The fields Ollama's OpenAI compatibility reads from a chat request (openai.ChatCompletionRequest in
+# github.com/ollama/ollama, openai/openai.go); it drops every other one without a word.
+OLLAMA_FIELDS = frozenset(
+    {
+        "model",
+        "messages",
+        "stream",
+        "stream_options",
+        "max_tokens",
+        "seed",
+        "stop",
+        "temperature",
+        "frequency_penalty",
+        "presence_penalty",
+        "top_p",
+        "response_format",
+        "tools",
+        "reasoning",
+        "reasoning_effort",
+        "_debug_render_only",
+    }
+)
+_OLLAMA_EFFORTS = ("high", "medium", "low", "none")
+
+
+def _ollama_name(model: str) -> str:
+    """A model name as ``ollama list`` shows it: ``library/`` left out, ``:latest`` when no tag is given."""
+    name = model.removeprefix("registry.ollama.ai/").removeprefix("library/")
+    return name if ":" in name.rpartition("/")[2] else f"{name}:latest"
+
+
+def _check_ollama(body: Any, pulled: frozenset[str]) -> list[str]:
+    """Raise _Refused for what Ollama refuses (the module docstring says where each comes from); return the fields
+    it would drop without a word."""
+    if not isinstance(body, dict):
+        raise _Refused("invalid character looking for beginning of value")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _Refused("[] is too short - 'messages'")
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(message, dict) or (content is None and not message.get("tool_calls")):
+            raise _Refused("invalid message content type: <nil>")
+        if isinstance(content, list) and not all(
+            isinstance(part, dict) and part.get("type") in ("text", "image_url") for part in content
+        ):
+            raise _Refused("invalid message format")
+    reasoning = body.get("reasoning")
+    effort = reasoning.get("effort") if isinstance(reasoning, dict) else body.get("reasoning_effort")
+    if effort and effort not in _OLLAMA_EFFORTS:
+        raise _Refused(f'invalid reasoning value: \'{effort}\' (must be "high", "medium", "low", or "none")')
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise _Refused("model is required")
+    if _ollama_name(model) not in pulled:
+        raise _Refused(f"model '{model}' not found", status=404)
+    return [name for name in body if name not in OLLAMA_FIELDS]
+
+
+def _ollama_model(name: str) -> dict[str, Any]:
+    """A pulled model as Ollama's ``/v1/models`` lists it."""
+    namespace = name.rpartition("/")[0] or "library"
+    return {"id": name, "object": "model", "created": 1_785_000_000, "owned_by": namespace}
+
+
 # --- the server -----------------------------------------------------------------------------------------
 
 
@@ -521,13 +610,23 @@ class FakeLLMServer:
 
     ``lenient=True``: the OpenAI endpoint is a lenient compatible server (Ollama, vLLM, LM Studio) whatever the
     model name, checking only the required fields.
+
+    ``ollama=[model, ...]``: the OpenAI endpoints answer as Ollama does with those models pulled (see the module
+    docstring); ``ignored`` lists the request fields Ollama would have dropped without a word.
     """
 
-    def __init__(self, *replies: Reply, lenient: bool = False) -> None:
+    def __init__(
+        self,
+        *replies: Reply,
+        lenient: bool = False,
+        ollama: Iterable[str] | None = None,
+    ) -> None:
         self._replies: deque[Reply] = deque(replies)
         self.lenient = lenient
+        self.ollama = None if ollama is None else frozenset(_ollama_name(model) for model in ollama)
         self.requests: list[RecordedRequest] = []
         self.refusals: list[Refusal] = []
+        self.ignored: list[str] = []
         self.unscripted = 0
         self._stopping = asyncio.Event()
         self._runner: web.AppRunner | None = None
@@ -556,6 +655,8 @@ class FakeLLMServer:
         app = web.Application()
         app.router.add_post("/v1/messages", self._anthropic)
         app.router.add_post("/v1/chat/completions", self._openai)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/v1/models/{model:.+}", self._model)
         # handler_cancellation: a client that gave up (timeout) cancels its slow handler instead of leaving it.
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
         await self._runner.setup()
@@ -613,10 +714,28 @@ class FakeLLMServer:
         }
         return web.json_response(message)
 
+    async def _models(self, request: web.Request) -> web.StreamResponse:
+        if self.ollama is None:
+            return web.json_response(
+                {"error": {"message": "fake LLM server: models are listed as Ollama only"}}, status=404
+            )
+        # Ollama answers "data": null when nothing is pulled (a nil slice in Go).
+        models = [_ollama_model(name) for name in sorted(self.ollama)] or None
+        return web.json_response({"object": "list", "data": models})
+
+    async def _model(self, request: web.Request) -> web.StreamResponse:
+        model = request.match_info["model"]
+        if self.ollama is None or _ollama_name(model) not in self.ollama:
+            return self._ollama_error(404, f"model '{model}' not found")
+        return web.json_response(_ollama_model(model))
+
     async def _openai(self, request: web.Request) -> web.StreamResponse:
         body = await self._record(request, "openai")
         try:
-            _check_openai(body, lenient=self.lenient)
+            if self.ollama is not None:
+                self.ignored.extend(_check_ollama(body, self.ollama))
+            else:
+                _check_openai(body, lenient=self.lenient)
         except _Refused as refused:
             return self._refuse("openai", refused)
         reply = await self._next()
@@ -640,6 +759,9 @@ class FakeLLMServer:
                 }
                 for name, arguments in reply.calls
             ]
+        if self.ollama is not None:
+            for index, call in enumerate(message.get("tool_calls", [])):
+                call["index"] = index
         prompt, completion = reply.usage
         answer: dict[str, Any] = {
             "id": self._id("chatcmpl"),
@@ -655,6 +777,8 @@ class FakeLLMServer:
             ],
             "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
         }
+        if self.ollama is not None:
+            answer["system_fingerprint"] = "fp_ollama"
         return web.json_response(answer)
 
     async def _record(self, request: web.Request, api: Api) -> Any:
@@ -665,8 +789,15 @@ class FakeLLMServer:
         self.requests.append(RecordedRequest(api, request.path, dict(request.headers), body))
         return body
 
+    def _ollama_error(self, status: int, message: str) -> web.Response:
+        kind = {400: "invalid_request_error", 404: "not_found_error"}.get(status, "api_error")
+        error = {"message": message, "type": kind, "param": None, "code": None}
+        return web.json_response({"error": error}, status=status)
+
     def _refuse(self, api: Api, refused: _Refused) -> web.Response:
         self.refusals.append(Refusal(api, refused.message, refused.param))
+        if api == "openai" and self.ollama is not None:
+            return self._ollama_error(refused.status, refused.message)
         headers = {"x-should-retry": "false"}
         if api == "anthropic":
             request_id = self._id("req")

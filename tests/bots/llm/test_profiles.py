@@ -22,6 +22,8 @@ from bots.llm import (
 )
 from bots.llm.anthropic_chat import AnthropicChat
 from bots.llm.openai_chat import OpenAIChat
+from bots.llm.profiles import OLLAMA_MODEL, OLLAMA_URL, required_key, resolve_profile
+from bots.settings import BotsSettings
 from tests.support.fleet import make_persona
 from tests.support.llm_server import FAKE_KEY, FAKE_KEY_ENV, decision_reply, error, fake_profile
 
@@ -44,12 +46,94 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_the_built_in_profiles_need_no_file() -> None:
     profiles = load_profiles(None)
 
-    assert set(profiles) == {"scripted", "anthropic", "openai"}
+    assert set(profiles) == {"scripted", "anthropic", "openai", "ollama", "local"}
     assert profiles["anthropic"].api_key_env == "ANTHROPIC_API_KEY"
     assert profiles["anthropic"].model.startswith("claude-haiku")
     assert profiles["openai"].api_key_env == "OPENAI_API_KEY"
     assert profiles["openai"].max_tokens_param == "max_completion_tokens"
     assert profiles["scripted"].api_key_env is None
+
+
+def test_the_local_model_profiles_take_no_key_and_decide_as_local_servers_can() -> None:
+    # Ollama ignores tool_choice and max_completion_tokens (see bots/llm/profiles.py for the sources); llama.cpp,
+    # vLLM and LM Studio all follow a JSON schema and read max_tokens.
+    ollama, local = BUILTIN_PROFILES["ollama"], BUILTIN_PROFILES["local"]
+
+    assert (ollama.provider, ollama.base_url, ollama.model) == ("openai", OLLAMA_URL, OLLAMA_MODEL)
+    assert OLLAMA_URL == "http://127.0.0.1:11434/v1"
+    assert (local.provider, local.base_url, local.model) == ("openai", None, "")
+    for profile in (ollama, local):
+        assert profile.api_key_env is None
+        assert profile.structured_output == "json_schema"
+        assert profile.max_tokens_param == "max_tokens"
+        assert profile.strict_tools is False
+        assert profile.max_retries == 0
+    assert ollama.extra_body == {"reasoning_effort": "none"}  # thinking off: one line needs none
+    assert local.extra_body == {}  # vLLM takes only low, medium or high there
+    assert (ollama.base_url_env, ollama.model_env) == ("AIZUCHI_OLLAMA_URL", "AIZUCHI_OLLAMA_MODEL")
+    assert (local.base_url_env, local.model_env) == ("AIZUCHI_LOCAL_URL", "AIZUCHI_LOCAL_MODEL")
+
+
+def test_the_variables_the_built_in_profiles_read_are_declared_settings() -> None:
+    # Declared once, with a line for people, in BotsSettings: documented and checked with the other settings.
+    fields = BotsSettings.model_fields
+    for profile in BUILTIN_PROFILES.values():
+        for variable in (profile.base_url_env, profile.model_env):
+            if variable is not None:
+                field = variable.removeprefix("AIZUCHI_").lower()
+                assert field in fields, variable
+                assert fields[field].description
+    assert OLLAMA_URL in str(fields["ollama_url"].description)
+    assert OLLAMA_MODEL in str(fields["ollama_model"].description)
+
+
+def test_a_set_variable_replaces_the_address_and_the_model() -> None:
+    env = {"AIZUCHI_OLLAMA_URL": "http://gpu-box:11434/v1", "AIZUCHI_OLLAMA_MODEL": " qwen3:8b "}
+
+    resolved = resolve_profile(BUILTIN_PROFILES["ollama"], env)
+
+    assert (resolved.base_url, resolved.model) == ("http://gpu-box:11434/v1", "qwen3:8b")
+    assert resolve_profile(BUILTIN_PROFILES["ollama"], {"AIZUCHI_OLLAMA_MODEL": ""}) == BUILTIN_PROFILES["ollama"]
+    local = resolve_profile(
+        BUILTIN_PROFILES["local"], {"AIZUCHI_LOCAL_URL": "http://127.0.0.1:8080/v1", "AIZUCHI_LOCAL_MODEL": "m"}
+    )
+    assert (local.base_url, local.model) == ("http://127.0.0.1:8080/v1", "m")
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        pytest.param(
+            {},
+            "profile 'local' needs AIZUCHI_LOCAL_URL and AIZUCHI_LOCAL_MODEL, which are not set: put"
+            " AIZUCHI_LOCAL_URL=... AIZUCHI_LOCAL_MODEL=... in .env (where the server listens: llama.cpp's"
+            " llama-server: http://127.0.0.1:8080/v1; vLLM: http://127.0.0.1:8000/v1; LM Studio:"
+            " http://127.0.0.1:1234/v1)",
+            id="neither",
+        ),
+        pytest.param(
+            {"AIZUCHI_LOCAL_URL": "http://127.0.0.1:8080/v1"},
+            "profile 'local' needs AIZUCHI_LOCAL_MODEL, which is not set: put AIZUCHI_LOCAL_MODEL=... in .env",
+            id="no model",
+        ),
+    ],
+)
+def test_the_local_profile_without_its_server_is_one_line_naming_the_variables(env: dict[str, str], says: str) -> None:
+    for check in (required_key, create_provider):
+        with pytest.raises(ProfileError) as caught:
+            check(BUILTIN_PROFILES["local"], env)
+        assert str(caught.value) == says
+
+
+def test_a_file_changes_the_ollama_model_and_a_set_variable_still_wins(tmp_path: Path) -> None:
+    path = write(tmp_path, '[profiles.ollama]\nmodel = "gemma4:31b"\ntimeout_s = 120\n')
+
+    ollama = load_profiles(path)["ollama"]
+
+    assert (ollama.model, ollama.timeout_s, ollama.base_url) == ("gemma4:31b", 120, OLLAMA_URL)
+    assert ollama.structured_output == "json_schema"  # kept from the built-in
+    assert resolve_profile(ollama, {}).model == "gemma4:31b"
+    assert resolve_profile(ollama, {"AIZUCHI_OLLAMA_MODEL": "llama3.2"}).model == "llama3.2"
 
 
 def test_defaults_keep_a_call_within_a_turn() -> None:
@@ -69,10 +153,10 @@ def test_a_file_adds_profiles_and_changes_built_ins_field_by_field(tmp_path: Pat
     path = write(
         tmp_path,
         """
-        [profiles.ollama]
+        [profiles.ollama-lan]
         provider = "openai"
         model = "llama3.2"
-        base_url = "http://localhost:11434/v1"
+        base_url = "http://192.168.1.20:11434/v1"
         max_tokens_param = "max_tokens"
 
         [profiles.openai]
@@ -83,11 +167,11 @@ def test_a_file_adds_profiles_and_changes_built_ins_field_by_field(tmp_path: Pat
 
     profiles = load_profiles(path)
 
-    assert profiles["ollama"] == ProviderProfile(
-        name="ollama",
+    assert profiles["ollama-lan"] == ProviderProfile(
+        name="ollama-lan",
         provider="openai",
         model="llama3.2",
-        base_url="http://localhost:11434/v1",
+        base_url="http://192.168.1.20:11434/v1",
         max_tokens_param="max_tokens",
     )
     assert profiles["openai"].model == "gpt-5.6-terra"
@@ -111,7 +195,8 @@ def test_the_example_file_loads_with_every_documented_server() -> None:
     profiles = load_profiles(EXAMPLE)
 
     expected = {
-        "ollama": "http://localhost:11434/v1",
+        "ollama": OLLAMA_URL,  # built in; the file only shows how to change it
+        "local": "http://127.0.0.1:8080/v1",  # built in; the file gives it a server
         "vllm": "http://localhost:8000/v1",
         "lmstudio": "http://localhost:1234/v1",
         "gemini": "https://generativelanguage.googleapis.com/v1beta/openai/",
@@ -126,6 +211,13 @@ def test_the_example_file_loads_with_every_documented_server() -> None:
     assert profiles["ollama"].api_key_env is None
     assert profiles["anthropic"] == BUILTIN_PROFILES["anthropic"]
     assert profiles["openai"] == BUILTIN_PROFILES["openai"]
+    assert profiles["ollama"] == BUILTIN_PROFILES["ollama"]
+    local = BUILTIN_PROFILES["local"].model_copy(
+        update={"base_url": "http://127.0.0.1:8080/v1", "model": "gemma-3-4b-it"}
+    )
+    assert profiles["local"] == local  # the rest kept from the built-in
+    assert resolve_profile(profiles["local"], {}) == local  # nothing more needed
+    assert resolve_profile(profiles["local"], {"AIZUCHI_LOCAL_MODEL": "other"}).model == "other"
 
 
 @pytest.mark.parametrize(
@@ -133,41 +225,42 @@ def test_the_example_file_loads_with_every_documented_server() -> None:
     [
         pytest.param("[profiles.x\nprovider = 1", "cannot read", id="not TOML"),
         pytest.param(
-            '[profiles.local]\nprovider = "openai"\nmodel = "m"\ntemperature = 0.2',
-            "profiles.local.temperature",
+            '[profiles.mine]\nprovider = "openai"\nmodel = "m"\ntemperature = 0.2',
+            "profiles.mine.temperature",
             id="typo",
         ),
         pytest.param(
-            '[profiles.local]\nprovider = "openai"\nmodel = "m"\ntimeout_s = "fast"',
-            "profiles.local.timeout_s",
+            '[profiles.mine]\nprovider = "openai"\nmodel = "m"\ntimeout_s = "fast"',
+            "profiles.mine.timeout_s",
             id="type",
         ),
         pytest.param(
-            '[profiles.local]\nprovider = "openai"\nmodel = "m"\nmax_retries = -1',
-            "profiles.local.max_retries",
+            '[profiles.mine]\nprovider = "openai"\nmodel = "m"\nmax_retries = -1',
+            "profiles.mine.max_retries",
             id="range",
         ),
         pytest.param(
-            '[profiles.local]\nprovider = "openai"\nmodel = "m"\nmax_retries = 3',
-            "profiles.local.max_retries",
+            '[profiles.mine]\nprovider = "openai"\nmodel = "m"\nmax_retries = 3',
+            "profiles.mine.max_retries",
             id="retries capped",
         ),
         pytest.param(
-            '[profiles.local]\nprovider = "openai"\nmodel = "m"\ntimeout_s = 601',
-            "profiles.local.timeout_s",
+            '[profiles.mine]\nprovider = "openai"\nmodel = "m"\ntimeout_s = 601',
+            "profiles.mine.timeout_s",
             id="timeout capped",
         ),
-        pytest.param('[profiles.local]\nmodel = "m"', "profiles.local.provider", id="no provider"),
+        pytest.param('[profiles.mine]\nmodel = "m"', "profiles.mine.provider", id="no provider"),
+        pytest.param('[profiles.mine]\nprovider = "gemini"\nmodel = "m"', "profiles.mine.provider", id="bad provider"),
+        pytest.param('[profiles.other]\nprovider = "openai"', "profiles.other: ", id="no model"),
         pytest.param(
-            '[profiles.local]\nprovider = "gemini"\nmodel = "m"', "profiles.local.provider", id="bad provider"
+            '[profiles.other]\nprovider = "openai"\nmodel_env = "my model"', "profiles.other.model_env", id="env name"
         ),
-        pytest.param('[profiles.local]\nprovider = "openai"', "profiles.local: ", id="no model"),
         pytest.param(
             '[profiles.claude]\nprovider = "anthropic"\nmodel = "m"', "api_key_env", id="anthropic without key"
         ),
-        pytest.param('[profiles.local]\nname = "other"\nprovider = "scripted"', "profiles.local.name", id="renamed"),
+        pytest.param('[profiles.mine]\nname = "other"\nprovider = "scripted"', "profiles.mine.name", id="renamed"),
         pytest.param('profile = "scripted"', "unknown top-level key", id="stray key"),
-        pytest.param('[profiles]\nlocal = "scripted"', "profiles.local: must be a table", id="not a table"),
+        pytest.param('[profiles]\nmine = "scripted"', "profiles.mine: must be a table", id="not a table"),
     ],
 )
 def test_a_bad_file_is_an_error_naming_the_file_and_the_field(tmp_path: Path, text: str, expected: str) -> None:
@@ -191,10 +284,25 @@ def test_a_missing_file_is_an_error_naming_it(tmp_path: Path) -> None:
 async def test_each_provider_kind_builds_its_adapter() -> None:
     env = {"ANTHROPIC_API_KEY": "sk-ant-test", "OPENAI_API_KEY": "sk-test"}
 
-    built = [create_provider(BUILTIN_PROFILES[name], env) for name in ("scripted", "anthropic", "openai")]
+    env |= {"AIZUCHI_LOCAL_URL": "http://127.0.0.1:8080/v1", "AIZUCHI_LOCAL_MODEL": "qwen3-8b"}
+    names = ("scripted", "anthropic", "openai", "ollama", "local")
 
-    assert [type(provider) for provider in built] == [ScriptedProvider, AnthropicChat, OpenAIChat]
-    assert [provider.name for provider in built] == ["scripted", "anthropic/claude-haiku-5-5", "openai/gpt-5.6-luna"]
+    built = [create_provider(BUILTIN_PROFILES[name], env) for name in names]
+
+    assert [type(provider) for provider in built] == [
+        ScriptedProvider,
+        AnthropicChat,
+        OpenAIChat,
+        OpenAIChat,
+        OpenAIChat,
+    ]
+    assert [provider.name for provider in built] == [
+        "scripted",
+        "anthropic/claude-haiku-5-5",
+        "openai/gpt-5.6-luna",
+        f"openai/{OLLAMA_MODEL}",
+        "openai/qwen3-8b",
+    ]
     for provider in built:
         await provider.aclose()
 
