@@ -116,6 +116,18 @@ def _bots(args: argparse.Namespace) -> int:
     return _run(lambda: run_bots(bots, env, endpoints, args.persona or None, reconnects=reconnects))
 
 
+def _discord_check(args: argparse.Namespace) -> int:
+    from aizuchi.discord_check import run_check
+    from aizuchi.settings import DiscordEndpoints
+    from arbiter.settings import ArbiterSettings
+    from bots.settings import BotsSettings, Environment
+
+    settings, bots, endpoints = _settings(ArbiterSettings), _settings(BotsSettings), _settings(DiscordEndpoints)
+    env = Environment.read()
+    configure_logging("WARNING")
+    return _run(lambda: run_check(settings, bots, env, endpoints))
+
+
 def _personas_check(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -306,6 +318,14 @@ def _parser() -> argparse.ArgumentParser:
     bots = commands.add_parser("bots", help="the personas' Discord bots, with the arbiter running elsewhere")
     bots.add_argument("--persona", action="append", metavar="ID", help="run only this persona (repeatable)")
     bots.set_defaults(func=_bots)
+
+    discord = commands.add_parser("discord", help="the fleet's Discord setup")
+    discord_commands = discord.add_subparsers(dest="discord_command", required=True, metavar="<action>")
+    discord_commands.add_parser(
+        "check",
+        help="check every token, the arbiter's Message Content intent, which servers each bot is in and its "
+        "permissions in the enabled channels; print an invite URL for each missing bot",
+    ).set_defaults(func=_discord_check)
 
     personas = commands.add_parser("personas", help="work with persona files")
     persona_commands = personas.add_subparsers(dest="personas_command", required=True, metavar="<action>")

@@ -369,6 +369,11 @@ async def run_all(
     use_discord(endpoints)
     async with contextlib.AsyncExitStack() as stack:
         arbiter = await _open(stack, settings, extra_personas=generated)
+        # What is missing on Discord (a bot not in a server, a permission in an enabled channel) is said before
+        # the bots log in; the fleet runs without it.
+        from aizuchi.discord_check import check_at_start
+
+        await check_at_start(settings, cast.personas, discord_tokens, await arbiter.service.channels())
         bot = await stack.enter_async_context(_arbiter_bot(arbiter, settings, reconnects))
         url = await _listen(stack, arbiter.app, settings)
         _say(f"arbiter listening on {url}; the fleet is on Discord (Ctrl-C stops)")

@@ -14,13 +14,11 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import pytest
 
-from tests.discord.conftest import build_world
 from tests.support.fake_discord import FakeDiscord, Overwrite, Perm
 from tests.support.fleet import eventually
 from tests.support.llm_server import FakeLLMServer
@@ -29,23 +27,11 @@ from tests.support.process import Aizuchi
 from tests.support.room import ROOM_PERSONAS
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import Awaitable, Callable
     from pathlib import Path
 
     from tests.discord.conftest import World
     from tests.support.fake_discord import FakeBot, FakeChannel, FakeMessage
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeDiscord]:
-    """The local Discord on the real clock, as the fleet's process is: its messages' times are real times."""
-    async with FakeDiscord(clock=time.time) as server:
-        yield server
-
-
-@pytest.fixture
-def world(fake: FakeDiscord) -> World:
-    return build_world(fake, ROOM_PERSONAS)
 
 
 async def answer_from(world: World, persona: str, after: FakeMessage, within: float = 20.0) -> FakeMessage:
@@ -280,3 +266,31 @@ async def test_a_server_on_which_no_session_of_the_arbiter_bot_works_ends_the_fl
     assert "Traceback" not in fleet.stderr
     assert not fake.connected(world.arbiter)
     assert not fake.connected(world.personas["rin"])
+
+
+async def test_a_bot_missing_from_the_server_is_a_warning_at_start_with_its_invite_and_the_fleet_runs_without_it(
+    tmp_path: Path, fake: FakeDiscord, world: World
+) -> None:
+    rin = world.personas["rin"]
+    fake.leave(rin, world.guild)  # kicked, or never invited
+    write_dotenv(tmp_path, fake, world)
+    async with Aizuchi.start(tmp_path, "run") as fleet:
+        warning = await fleet.wait_for(r"WARNING .* Discord setup: rin's bot is not in server .*", "stderr")
+        await enabled(fleet, fake, world)
+        for persona in ("theo", "juno"):
+            await follows(fleet, persona, world.lounge)
+        question = await fake.human_says(world.lounge, world.member, "Juno, still there?")
+        await answer_from(world, "juno", question)
+        status = await fleet.stop()
+
+    assert status == 0
+    assert warning.group().endswith(
+        f"Discord setup: rin's bot is not in server 'tea house' ({world.guild.id}): invite it with "
+        f"https://discord.com/oauth2/authorize?client_id={rin.application_id}&scope=bot&permissions=274877975616"
+        f"&guild_id={world.guild.id}"
+    )
+    assert len(fleet.matching("Discord setup: ")) == 1  # nothing else is missing
+    # Said before any bot logged in on the gateway.
+    first_session = next(i for i, line in enumerate(fleet.lines["stderr"]) if "is on Discord as" in line)
+    assert fleet.lines["stderr"].index(warning.string) < first_session
+    assert_quiet_and_secret(fleet, world)

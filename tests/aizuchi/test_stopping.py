@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.discord.conftest import build_world
 from tests.support.fake_discord import FakeDiscord
 from tests.support.owner import enabled, follows, write_dotenv
 from tests.support.process import Aizuchi
@@ -35,11 +34,6 @@ async def fake() -> AsyncIterator[FakeDiscord]:
     waits, so that a signal often finds one on its way."""
     async with FakeDiscord(clock=time.time, rate_limits={"messages": (1, 1.0)}) as server:
         yield server
-
-
-@pytest.fixture
-def world(fake: FakeDiscord) -> World:
-    return build_world(fake, ROOM_PERSONAS)
 
 
 QUESTIONS = ("Rin, what are you reading?", "Theo, how is the project?", "Juno, any plans?", "What do you all think?")

@@ -34,6 +34,7 @@ __all__ = (
     "effective_mentions",
     "iso",
     "permissions_in",
+    "role_permissions",
 )
 
 DISCORD_EPOCH_MS = 1_420_070_400_000
@@ -159,21 +160,28 @@ class FakeUser:
 @dataclass(eq=False, kw_only=True)
 class FakeBot(FakeUser):
     """A bot account and its application. The ``allow_*`` flags are the privileged intents switched on for it
-    in the Developer Portal; a client that asks for one that is off is closed with 4014, as Discord does."""
+    in the Developer Portal; a client that asks for one that is off is closed with 4014, as Discord does.
+    ``verified``: a verified application (its intents show as the GATEWAY_* application flags; an unverified one's,
+    every self-hosted bot's, as GATEWAY_*_LIMITED). ``require_code_grant``: "Requires OAuth2 Code Grant" is on
+    (a plain invite link then fails)."""
 
     token: str
     application_id: int
     allow_message_content: bool = True
     allow_members: bool = True
     allow_presences: bool = True
+    verified: bool = False
+    require_code_grant: bool = False
     identified: int = 0  # successful IDENTIFYs (session starts), for GET /gateway/bot's session_start_limit
 
     def application_flags(self) -> int:
-        # GATEWAY_PRESENCE, GATEWAY_GUILD_MEMBERS, GATEWAY_MESSAGE_CONTENT (the verified-app variants)
+        """GATEWAY_PRESENCE (1 << 12), GATEWAY_GUILD_MEMBERS (1 << 14), GATEWAY_MESSAGE_CONTENT (1 << 18) for a
+        verified app; for an unverified one each is the _LIMITED flag one bit up (13, 15, 19)."""
+        limited = 0 if self.verified else 1
         return (
-            (1 << 12 if self.allow_presences else 0)
-            | (1 << 14 if self.allow_members else 0)
-            | (1 << 18 if self.allow_message_content else 0)
+            (1 << (12 + limited) if self.allow_presences else 0)
+            | (1 << (14 + limited) if self.allow_members else 0)
+            | (1 << (18 + limited) if self.allow_message_content else 0)
         )
 
     def privileged_refused(self, intents: int) -> bool:
@@ -192,7 +200,7 @@ class FakeBot(FakeUser):
             "summary": "",
             "type": None,
             "bot_public": False,
-            "bot_require_code_grant": False,
+            "bot_require_code_grant": self.require_code_grant,
             "verify_key": "0" * 64,
             "flags": self.application_flags(),
             "owner": {"id": "1", "username": "owner", "discriminator": "0", "avatar": None, "global_name": None},
@@ -540,13 +548,21 @@ def _emoji_payload(emoji: str) -> dict[str, Any]:
 
 
 def guild_permissions(member: FakeMember) -> int:
+    value = role_permissions(member)
+    return ALL_PERMISSIONS if value & Perm.ADMINISTRATOR else value
+
+
+def role_permissions(member: FakeMember) -> int:
+    """A member's permissions as GET /users/@me/guilds reports them: those of @everyone and of its roles together,
+    without channel overwrites and without what Administrator implies ("excludes overwrites and implicit
+    permissions"); the owner's are all."""
     guild = member.guild
     if member.user.id == guild.owner_id:
         return ALL_PERMISSIONS
     value = guild.everyone.permissions
     for role in member.roles:
         value |= role.permissions
-    return ALL_PERMISSIONS if value & Perm.ADMINISTRATOR else value
+    return value
 
 
 def permissions_in(member: FakeMember, channel: FakeChannel) -> int:

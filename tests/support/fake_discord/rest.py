@@ -1,5 +1,6 @@
 """The fake's REST API (v10): the routes discord.py uses for messages, typing, reactions, application commands,
-interaction responses and followups, and the lookups it makes at login.
+interaction responses and followups, the lookups it makes at login, and those a setup check makes (the bot's
+guilds, a guild's roles, channels and members).
 
 Every call is recorded before anything else happens; a ``fail_next`` rule answers in place of the route; a route
 the fake does not have is answered 404 with a message naming it, and shows up in ``FakeDiscord.unknown_requests``.
@@ -18,7 +19,7 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from .commands import validate_registration
-from .model import ALL_PARSE, FakeBot, FakeChannel, FakeMessage, Perm, permissions_in
+from .model import ALL_PARSE, FakeBot, FakeChannel, FakeMessage, Perm, permissions_in, role_permissions
 from .records import ApiError, InteractionResult, PathPattern, RecordedRequest
 
 if TYPE_CHECKING:
@@ -295,6 +296,46 @@ async def get_user(call: Call) -> tuple[int, Any]:
 
 async def get_application(call: Call) -> tuple[int, Any]:
     return 200, call.bot.application_payload()
+
+
+async def get_my_guilds(call: Call) -> tuple[int, Any]:
+    """The guilds the bot is in, as partial guilds in id order: ``before``/``after`` (ids) and ``limit`` (1-200,
+    default 200) page through them; ``permissions`` is what its roles grant there (no overwrites, nothing implied);
+    ``with_counts`` adds the approximate counts."""
+    limit = call.query("limit") or "200"
+    before, after = call.query("before"), call.query("after")
+    if not limit.isdigit() or not 1 <= int(limit) <= 200:
+        raise _form_error("limit", "int value should be less than or equal to 200.")
+    if any(value is not None and not value.isdigit() for value in (before, after)):
+        raise _form_error(
+            "before" if before is not None and not before.isdigit() else "after", "Value is not snowflake."
+        )
+    mine = sorted((g for g in call.fake.guilds.values() if call.bot.id in g.members), key=lambda g: g.id)
+    if after is not None:
+        mine = [g for g in mine if g.id > int(after)][: int(limit)]
+    elif before is not None:
+        mine = [g for g in mine if g.id < int(before)][-int(limit) :]
+    else:
+        mine = mine[: int(limit)]
+    counts = call.query("with_counts") in ("1", "true", "True")
+    return 200, [_partial_guild(guild, call.bot, counts=counts) for guild in mine]
+
+
+def _partial_guild(guild: FakeGuild, bot: FakeBot, *, counts: bool) -> dict[str, Any]:
+    member = guild.members[bot.id]
+    data: dict[str, Any] = {
+        "id": str(guild.id),
+        "name": guild.name,
+        "icon": None,
+        "banner": None,
+        "owner": guild.owner_id == bot.id,
+        "permissions": str(role_permissions(member)),
+        "features": [],
+    }
+    if counts:
+        data["approximate_member_count"] = len(guild.members)
+        data["approximate_presence_count"] = 0
+    return data
 
 
 # -- channels and messages -----------------------------------------------------------------------------------
@@ -672,6 +713,7 @@ ROUTES: list[Route] = [
     Route("GET", "/gateway", get_gateway, "bot"),
     Route("GET", "/gateway/bot", get_gateway_bot, "bot"),
     Route("GET", "/users/@me", get_me, "bot"),
+    Route("GET", "/users/@me/guilds", get_my_guilds, "bot"),
     Route("GET", "/users/{user_id}", get_user, "bot"),
     Route("GET", "/oauth2/applications/@me", get_application, "bot"),
     Route("GET", "/applications/@me", get_application, "bot"),

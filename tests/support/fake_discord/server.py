@@ -305,6 +305,8 @@ class FakeDiscord:
         message_content: bool = True,
         members: bool = True,
         presences: bool = True,
+        verified: bool = False,
+        require_code_grant: bool = False,
         guilds: Iterable[FakeGuild] | None = None,
         permissions: int | Any = DEFAULT_BOT_PERMISSIONS,
         roles: Iterable[FakeRole] = (),
@@ -313,8 +315,10 @@ class FakeDiscord:
 
         ``message_content``/``members``/``presences``: the privileged intents switched on for it in the
         Developer Portal (a client asking for one that is off is closed with 4014). Whether a client *gets*
-        message content depends on the intents it IDENTIFYs with. The bot joins ``guilds`` (default: every guild
-        so far) with a managed role holding ``permissions``, as an invite link would give it."""
+        message content depends on the intents it IDENTIFYs with. ``verified``: a verified application (the
+        intents' application flags are then GATEWAY_* rather than GATEWAY_*_LIMITED); ``require_code_grant``:
+        "Requires OAuth2 Code Grant" is on. The bot joins ``guilds`` (default: every guild so far) with a managed
+        role holding ``permissions``, as an invite link would give it."""
         user_id = self.snowflake()
         bot = FakeBot(
             id=user_id,
@@ -325,6 +329,8 @@ class FakeDiscord:
             allow_message_content=message_content,
             allow_members=members,
             allow_presences=presences,
+            verified=verified,
+            require_code_grant=require_code_grant,
         )
         if bot.token in self.bots:
             raise ValueError(f"token {bot.token!r} is taken by {self.bots[bot.token]!r}")
@@ -351,6 +357,24 @@ class FakeDiscord:
                 if session.covers(guild.id):
                     session.dispatch("GUILD_CREATE", self._guild_create(guild, session))
         return member
+
+    def leave(self, user: FakeUser, guild: FakeGuild) -> None:
+        """``user`` leaves ``guild`` (or is kicked from it); a bot's managed role goes with it, as on Discord. A bot's
+        live sessions get GUILD_DELETE; bots with the members intent hear GUILD_MEMBER_REMOVE, and those with the
+        guilds intent GUILD_ROLE_DELETE for the managed role."""
+        self._member(user, guild)
+        if isinstance(user, FakeBot):
+            for session in self._live_sessions(user):
+                if session.covers(guild.id):
+                    session.dispatch("GUILD_DELETE", {"id": str(guild.id)})
+        del guild.members[user.id]
+        for session in self._sessions_in(guild, intent=Intent.GUILD_MEMBERS):
+            session.dispatch("GUILD_MEMBER_REMOVE", {"guild_id": str(guild.id), "user": user.payload()})
+        for role in [role for role in guild.roles.values() if role.managed_by is user]:
+            del guild.roles[role.id]
+            for session in self._sessions_in(guild, intent=Intent.GUILDS):
+                session.dispatch("GUILD_ROLE_DELETE", {"guild_id": str(guild.id), "role_id": str(role.id)})
+        self._notify()
 
     def set_roles(self, user: FakeUser, guild: FakeGuild, roles: Iterable[FakeRole]) -> FakeMember:
         """Replace a member's roles (GUILD_MEMBER_UPDATE to bots with the members intent)."""
