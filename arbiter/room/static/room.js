@@ -14,6 +14,7 @@
   const DEFAULT_NAME = "Guest";
   const NAME_KEY = "aizuchi.room.name";
   const NOTICE_KEY = "aizuchi.room.notice-hidden";
+  const MEMORY_KEY = "aizuchi.room.memory";
   const OFFLINE = "The arbiter cannot be reached.";
   // What a persona the arbiter holds back shows instead of "waiting".
   const HELD_LABELS = { paused: "paused", muted: "muted", not_enabled: "off", idle_cap: "quiet", budget: "quiet" };
@@ -46,6 +47,8 @@
     reading: null, // the state read under way, if any
     readAgain: false, // an event came while it was under way: read once more
     readTimer: null,
+    fieldErrors: new Map(), // settings input name -> {value: the text refused, text: why}
+    settingsProblem: null, // a settings error that is no field's: {message, offline}
   };
 
   // --- small helpers --------------------------------------------------------------------------------
@@ -90,6 +93,11 @@
   function showError(node, error) {
     node.textContent = error ? error.message : "";
     node.dataset.offline = String(Boolean(error && error.offline));
+  }
+
+  // "an aizuchi", "a remark": the article before a word (a tier's name, in a sentence).
+  function article(word) {
+    return /^[aeiou]/i.test(word) ? "an" : "a";
   }
 
   function clockTime(ms) {
@@ -166,8 +174,41 @@
     }
     const at = message.at * 1000;
     head.append(el("time", { datetime: new Date(at).toISOString(), text: clockTime(at) }));
-    item.append(head, el("p", { class: "text", text: message.text }));
+    const lang = languageOf(message.text);
+    const text = lang
+      ? el("p", { class: "text", lang, text: message.text })
+      : el("p", { class: "text" }, ...cjkRuns(message.text));
+    item.append(head, text);
     return item;
+  }
+
+  // Chinese, Japanese and Korean characters (with their punctuation and full-width forms). A nod is set in italics,
+  // which CJK type does not have (the browser only slants it), so CJK text stays upright. The arbiter's messages do
+  // not say their language: the page looks at the characters.
+  const CJK = /[\p{scx=Han}\p{scx=Hiragana}\p{scx=Katakana}\p{scx=Hangul}\u3000-\u303f\uff00-\uffef]/u;
+  const CJK_RUNS = new RegExp(`${CJK.source}+`, "gu");
+
+  // A message mostly in CJK letters, Japanese (it has kana) or Korean (hangul), is marked as such (upright, and the
+  // browser picks the right glyphs). Han alone does not tell Chinese from Japanese: no language then.
+  function languageOf(text) {
+    const letters = text.match(/\p{L}/gu) || [];
+    const cjk = letters.filter((letter) => CJK.test(letter)).length;
+    if (!cjk || cjk * 2 < letters.length) return null;
+    if (/[\p{scx=Hiragana}\p{scx=Katakana}]/u.test(text)) return "ja";
+    return /\p{scx=Hangul}/u.test(text) ? "ko" : null;
+  }
+
+  // Any other text as runs: each run of CJK characters in a <span class="cjk"> (upright), the rest as text.
+  function cjkRuns(text) {
+    const runs = [];
+    let at = 0;
+    for (const match of text.matchAll(CJK_RUNS)) {
+      if (match.index > at) runs.push(text.slice(at, match.index));
+      runs.push(el("span", { class: "cjk" }, match[0]));
+      at = match.index + match[0].length;
+    }
+    if (at < text.length) runs.push(text.slice(at));
+    return runs;
   }
 
   function showMessage(message) {
@@ -269,7 +310,11 @@
         const now = affordable ? " (affordable now)" : " (more than the pool holds now)";
         return el(
           "li",
-          { class: affordable ? "affordable" : "short", "data-tier": tier, title: `a ${tier} costs ${costs[tier]}` },
+          {
+            class: affordable ? "affordable" : "short",
+            "data-tier": tier,
+            title: `${article(tier)} ${tier} costs ${costs[tier]}`,
+          },
           el("span", { class: `badge tier-${tier}`, text: tier }),
           `${Number.isFinite(costs[tier]) ? costs[tier] : "–"}`,
           el("span", { class: "visually-hidden", text: now }),
@@ -399,7 +444,13 @@
   function notesNode(memory) {
     const notes = memory.state;
     const name = (state.personas.get(memory.persona) || { display_name: memory.persona }).display_name;
-    const forget = el("button", { type: "button", class: "secondary forget", text: "Forget" });
+    // "Forget" on the button, and whose notes in its name: one button per persona, each told apart.
+    const forget = el("button", {
+      type: "button",
+      class: "secondary forget",
+      text: "Forget",
+      "aria-label": `Forget ${name}'s notes`,
+    });
     forget.addEventListener("click", () => forgetNotes(memory.persona, forget));
     const facts = el("ul", { class: "facts" }, el("li", { text: `Topic: ${notes.topic || "none yet"}` }));
     for (const question of notes.open_questions) facts.append(el("li", { text: `Open: ${question}` }));
@@ -425,6 +476,13 @@
       ...(memories.length ? memories.map(notesNode) : [el("li", { class: "placeholder", text: "No notes yet." })]),
     );
     $("forget-all").hidden = !memories.length;
+    $("memory-count").textContent = memories.length ? `(${memories.length})` : "";
+  }
+
+  // Memory folds (the button in its heading), and stays as the person last left it.
+  function foldMemory(open) {
+    $("memory-toggle").setAttribute("aria-expanded", String(open));
+    $("memory-body").hidden = !open;
   }
 
   async function forgetNotes(personaId, button) {
@@ -543,7 +601,13 @@
 
   // --- settings -------------------------------------------------------------------------------------
 
+  // A value the arbiter refused (or that is not a number) leaves its field marked: aria-invalid, and a line under
+  // the buttons saying what is wrong, which is the field's description. It stays marked while the field holds that
+  // value, whatever else happens (a pause, new settings from elsewhere), and it does not hold the others back:
+  // Apply saves every change the arbiter takes.
+
   const settingInputs = () => [...$("settings").querySelectorAll("input[name]")];
+  const inputNamed = (name) => settingInputs().find((input) => input.name === name);
 
   function settingValue(settings, name) {
     return name.split(".").reduce((value, key) => (value == null ? undefined : value[key]), settings);
@@ -560,11 +624,10 @@
       const value = shownValue(settingValue(settings, input.name));
       // A field the person is editing keeps what they typed; the others follow the channel.
       const edited = previous && input.value !== shownValue(settingValue(previous, input.name));
-      if (!edited || input.value === value) {
-        input.value = value;
-        markInvalid(input, false);
-      }
+      if (!edited || input.value === value) input.value = value;
     }
+    forgetFixed();
+    showSettingsErrors();
     const pause = $("pause");
     pause.textContent = settings.paused ? "Resume" : "Pause";
     pause.setAttribute("aria-pressed", String(settings.paused));
@@ -574,40 +637,77 @@
     showQuiet(); // also the gauge: the tiers' costs may have changed
   }
 
-  function markInvalid(input, invalid) {
-    if (invalid) {
-      input.setAttribute("aria-invalid", "true");
-      input.setAttribute("aria-describedby", "settings-error");
-    } else {
-      input.removeAttribute("aria-invalid");
-      input.removeAttribute("aria-describedby");
+  // A field no longer holding the value that was refused (put right, or back to the channel's) is not in error.
+  function forgetFixed() {
+    for (const [name, refused] of state.fieldErrors) {
+      const input = inputNamed(name);
+      const value = input ? input.value.trim() : null;
+      const current = shownValue(settingValue(state.settings, name));
+      if (value !== refused.value || (value === current && !input.validity.badInput)) state.fieldErrors.delete(name);
     }
   }
 
-  // The fields the person changed, as a patch; each changed input in `changed`.
-  function changedSettings(changed) {
-    const changes = {};
+  const errorId = (name) => `settings-error-${name.replace(/[^A-Za-z0-9_-]/g, "-")}`;
+
+  // The marks and the lines under the buttons, from state.fieldErrors and state.settingsProblem (an error that is
+  // no field's: the arbiter cannot be reached, or it named nothing the page can point at). Redrawn only when they
+  // change, so a screen reader hears the alert once.
+  function showSettingsErrors() {
+    const lines = [];
+    for (const input of settingInputs()) {
+      const refused = state.fieldErrors.get(input.name);
+      if (refused) {
+        const id = errorId(input.name);
+        input.setAttribute("aria-invalid", "true");
+        input.setAttribute("aria-describedby", id);
+        lines.push(el("p", { id, "data-field": input.name, text: refused.text }));
+      } else {
+        input.removeAttribute("aria-invalid");
+        input.removeAttribute("aria-describedby");
+      }
+    }
+    const problem = state.settingsProblem;
+    if (problem) lines.push(el("p", { class: "problem", text: problem.message }));
+    const node = $("settings-error");
+    const drawn = JSON.stringify(lines.map((line) => [line.id, line.textContent]));
+    if (node.dataset.drawn !== drawn) {
+      node.replaceChildren(...lines);
+      node.dataset.drawn = drawn;
+    }
+    node.dataset.offline = String(Boolean(problem && problem.offline));
+  }
+
+  // The fields that differ from the channel's settings, parsed: [{input, value}]. One that is not a number goes
+  // into `errors` instead.
+  function changedFields(errors) {
+    const changed = [];
     for (const input of settingInputs()) {
       const text = input.value.trim();
-      if (text === shownValue(settingValue(state.settings, input.name))) continue;
+      const bad = input.validity.badInput; // "1e" or "-" in a number field: its value reads as ""
+      if (!bad && text === shownValue(settingValue(state.settings, input.name))) continue;
       let value;
-      if (text === "" && input.dataset.empty === "null") value = null;
-      else {
-        value = text === "" ? NaN : Number(text);
-        if (Number.isNaN(value)) {
-          const problem = new Error(`${labelOf(input.name)}: enter a number.`);
-          problem.field = input.name;
-          changed.push(input);
-          throw problem;
-        }
-      }
-      changed.push(input);
+      if (!bad && text === "" && input.dataset.empty === "null") value = null;
+      else value = bad || text === "" ? NaN : Number(text);
+      if (Number.isNaN(value)) {
+        errors.set(input.name, { value: text, text: `${capitalized(labelOf(input.name))}: enter a number.` });
+      } else changed.push({ input, value });
+    }
+    return changed;
+  }
+
+  function patchOf(changed) {
+    const changes = {};
+    for (const { input, value } of changed) {
       const path = input.name.split(".");
       let target = changes;
       for (const key of path.slice(0, -1)) target = target[key] = target[key] || {};
       target[path[path.length - 1]] = value;
     }
     return changes;
+  }
+
+  function capitalized(text) {
+    return text.charAt(0).toUpperCase() + text.slice(1);
   }
 
   function labelOf(name) {
@@ -646,33 +746,68 @@
     if (fragment) text = `${labelOf(field)} ${message}`;
     else if (about && about !== field) text = `${labelOf(about)}: ${message}`;
     if (!/[.!?]$/.test(text)) text += ".";
-    return { text: text.charAt(0).toUpperCase() + text.slice(1), inputs: target };
+    return { text: capitalized(text), inputs: target };
   }
 
-  function showSettingsError(error, changed) {
+  // Apply: every changed field is sent. The arbiter answers a patch with its first error; the fields it points at
+  // are marked and left out, and the rest is sent again, until it is taken or nothing is left. (A value refused
+  // before is sent again too: another change may have made it fit, as a raised remark cost lets a nod cost more.)
+  async function applyChanges() {
+    const errors = new Map();
+    let pending = changedFields(errors);
+    state.settingsProblem = null;
     $("settings-note").textContent = "";
-    for (const input of settingInputs()) markInvalid(input, false);
-    if (error.offline) {
-      showError($("settings-error"), error);
+    if (!pending.length && !errors.size) {
+      state.fieldErrors = errors;
+      showSettingsErrors();
+      $("settings-note").textContent = "Nothing changed.";
       return;
     }
-    const { text, inputs } = explain(error, changed);
-    showError($("settings-error"), { message: text, offline: false });
-    for (const input of inputs) markInvalid(input, true);
-    if (inputs.length) inputs[0].focus();
-    $("settings-error").scrollIntoView({ block: "nearest" }); // below the buttons, which may be at the fold
+    let saved = null;
+    while (pending.length) {
+      try {
+        saved = await request("PATCH", "settings", patchOf(pending));
+        break;
+      } catch (error) {
+        if (error.offline) {
+          state.settingsProblem = error;
+          break;
+        }
+        const { text, inputs } = explain(error, pending.map((change) => change.input));
+        const left = pending.filter((change) => !inputs.includes(change.input));
+        if (left.length === pending.length) {
+          state.settingsProblem = { message: text, offline: false };
+          break;
+        }
+        for (const input of inputs) errors.set(input.name, { value: input.value.trim(), text });
+        pending = left;
+      }
+    }
+    state.fieldErrors = errors;
+    if (saved) {
+      applySettings(saved);
+      readStateSoon(0);
+      $("settings-note").textContent = errors.size ? "Saved the other changes; the marked ones were not." : "Saved.";
+    }
+    showSettingsErrors();
+    if (errors.size && !saved) inputNamed(errors.keys().next().value).focus();
+    if (errors.size || state.settingsProblem) {
+      $("settings-error").scrollIntoView({ block: "nearest" }); // below the buttons, which may be at the fold
+    }
   }
 
-  async function saveSettings(changes, done, changed = []) {
-    showError($("settings-error"), null);
+  // Pause or resume: the fields in error stay so.
+  async function saveSettings(changes, done) {
+    state.settingsProblem = null;
+    $("settings-note").textContent = "";
+    showSettingsErrors();
     try {
-      const settings = await request("PATCH", "settings", changes);
-      for (const input of settingInputs()) markInvalid(input, false);
-      applySettings(settings);
+      applySettings(await request("PATCH", "settings", changes));
       $("settings-note").textContent = done;
       readStateSoon(0);
     } catch (error) {
-      showSettingsError(error, changed);
+      state.settingsProblem = error;
+      showSettingsErrors();
     }
   }
 
@@ -769,8 +904,10 @@
     state.retryAt = null;
     setConnection("live");
     showOutage();
-    for (const node of [$("say-error"), $("settings-error")]) {
-      if (node.dataset.offline === "true") showError(node, null);
+    if ($("say-error").dataset.offline === "true") showError($("say-error"), null);
+    if (state.settingsProblem && state.settingsProblem.offline) {
+      state.settingsProblem = null;
+      showSettingsErrors();
     }
     showPersonas();
     showQuiet();
@@ -863,6 +1000,12 @@
     $("view-toggle").addEventListener("click", () => setView(document.body.dataset.view === "side" ? "chat" : "side"));
     $("reconnect").addEventListener("click", reconnectNow);
     $("forget-all").addEventListener("click", (event) => forgetNotes(null, event.currentTarget));
+    foldMemory(localStorage.getItem(MEMORY_KEY) !== "folded");
+    $("memory-toggle").addEventListener("click", () => {
+      const open = $("memory-toggle").getAttribute("aria-expanded") !== "true";
+      foldMemory(open);
+      localStorage.setItem(MEMORY_KEY, open ? "open" : "folded");
+    });
     $("notice-hide").addEventListener("click", () => {
       sessionStorage.setItem(NOTICE_KEY, $("notice-text").textContent);
       $("notice").hidden = true;
@@ -905,31 +1048,16 @@
       }
     });
 
-    $("settings").addEventListener("input", (event) => {
-      // A field put right is no longer marked; once none is, the error goes too.
-      markInvalid(event.target, false);
-      if (!settingInputs().some((input) => input.getAttribute("aria-invalid") === "true")) {
-        showError($("settings-error"), null);
-      }
+    $("settings").addEventListener("input", () => {
+      // A field put right is no longer marked; an error that was no field's goes with any change.
+      forgetFixed();
+      if (state.settingsProblem && !state.settingsProblem.offline) state.settingsProblem = null;
+      showSettingsErrors();
       $("settings-note").textContent = "";
     });
-    $("settings").addEventListener("submit", async (event) => {
+    $("settings").addEventListener("submit", (event) => {
       event.preventDefault();
-      const changed = [];
-      let changes;
-      try {
-        changes = changedSettings(changed);
-      } catch (problem) {
-        showSettingsError(problem, changed);
-        return;
-      }
-      if (!Object.keys(changes).length) {
-        for (const input of settingInputs()) markInvalid(input, false);
-        showError($("settings-error"), null);
-        $("settings-note").textContent = "Nothing changed.";
-        return;
-      }
-      await saveSettings(changes, "Saved.", changed);
+      applyChanges();
     });
     $("pause").addEventListener("click", () => {
       const paused = !(state.settings && state.settings.paused);

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from aizuchi.fleet import Cast, offline_notice
-from arbiter.contract import Tier
+from arbiter.contract import DialogueState, MemoryUpdate, SpeakerNote, Tier
 from bots.llm.profiles import ProviderProfile
 from bots.persona import load_personas
 from tests.support.fleet import eventually
@@ -33,7 +33,7 @@ from tests.support.room import PERSONAS_DIR, ROOM_PERSONAS, room_server
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
-    from playwright.async_api import Browser, Page
+    from playwright.async_api import Browser, FloatRect, Page
 
     from tests.support.room import RoomServer
 
@@ -203,6 +203,21 @@ OVERFLOW = """() => {
            out: out.slice(0, 5).map((node) => node.id || node.className || node.tagName) };
 }"""
 
+# Everything a finger can tap that is shown, and smaller than 44 px either way (WCAG 2.5.5): which, and its size.
+SMALL_TARGETS = """() => [...document.querySelectorAll("button, input, textarea, select, summary, a, [role='tab']")]
+  .filter((node) => node.checkVisibility({ visibilityProperty: true }))
+  .map((node) => {
+    const box = node.getBoundingClientRect();
+    const what = node.id || node.name || node.getAttribute("aria-label") || node.textContent.trim();
+    return { what, width: Math.round(box.width), height: Math.round(box.height) };
+  })
+  .filter(({ width, height }) => width < 44 || height < 44)"""
+
+# Every text on the page, shown or not, and every title and accessible label: where "a aizuchi" would be wrong.
+WORDING = """() => [document.body.textContent, document.body.innerText,
+  ...[...document.querySelectorAll("[title], [aria-label]")].flatMap(
+    (node) => [node.getAttribute("title") || "", node.getAttribute("aria-label") || ""])]"""
+
 BACKGROUND_LUMINANCE = """() => {
   const [r, g, b] = getComputedStyle(document.documentElement).backgroundColor.match(/\\d+/g).map(Number);
   return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255;
@@ -286,6 +301,23 @@ def watch_problems(page: Page) -> list[tuple[str, str]]:
     page.on("console", lambda m: problems.append((m.text, m.location["url"])) if m.type == "error" else None)
     page.on("pageerror", lambda error: problems.append((f"uncaught: {error}", "")))
     return problems
+
+
+async def bounds(page: Page, selector: str) -> FloatRect:
+    found = await page.locator(selector).bounding_box()
+    assert found is not None, f"{selector} is not shown"
+    return found
+
+
+async def small_targets(page: Page) -> list[dict[str, Any]]:
+    small: list[dict[str, Any]] = await page.evaluate(SMALL_TARGETS)
+    return small
+
+
+async def no_a_aizuchi(page: Page) -> None:
+    """No sentence on the page says "a aizuchi" (the tier's name starts with a vowel: "an aizuchi")."""
+    for text in await page.evaluate(WORDING):
+        assert not re.search(r"\ba aizuchi", text, re.IGNORECASE), text
 
 
 async def open_room(page: Page, url: str) -> None:
@@ -470,12 +502,18 @@ async def check_a_phone(page: Page, panels_picture: Path) -> None:
     for strip in ("#strip-level", "#strip-personas li[data-persona='rin']"):
         assert await page.is_visible(strip), strip
     assert not await page.is_visible("#settings")
+    assert await small_targets(page) == []  # 44 px to tap: the panels' toggle, the note's Hide, the fields, Send
 
     await page.click("#view-toggle")
-    for panel in ("#gauge", "#personas", "#settings", "#apply"):
+    for panel in ("#gauge", "#pool-explained", "#personas", "#settings", "#apply"):
         assert await page.is_visible(panel), panel
     assert not await page.is_visible("#composer")
     assert await page.evaluate(OVERFLOW) == {"scroll": 0, "out": []}
+    # The settings come before what grows (the notes), and every field, button and Forget is big enough to tap.
+    assert (await bounds(page, "#settings-title"))["y"] < (await bounds(page, "#memory-title"))["y"]
+    assert await page.locator("#memories button.forget").count() > 0
+    assert await small_targets(page) == []
+    await no_a_aizuchi(page)
     assert await contrast_failures(page) == []
     await page.screenshot(path=str(panels_picture))
     await page.click("#view-toggle")
@@ -488,9 +526,21 @@ async def check_a_desktop(page: Page) -> None:
         assert await page.is_visible(shown), shown
     assert not await page.is_visible("#strip")
     assert not await page.is_visible("#view-toggle")
-    # The row of tiers says what the numbers are.
+    # The row of tiers says what the numbers are, and a line says what the pool is, in an owner's words.
     assert (await page.text_content(".costs-caption") or "").startswith("Cost of a turn")
     assert await page.get_attribute("#tier-costs li[data-tier='remark']", "title") == "a remark costs 60"
+    assert await page.get_attribute("#tier-costs li[data-tier='aizuchi']", "title") == "an aizuchi costs 5"
+    explained = " ".join((await page.text_content("#pool-explained") or "").split())
+    assert explained == (
+        "The personas' replies spend from this shared pool: a nod (aizuchi) little, a remark more, each refunded "
+        "after its recovery."
+    )
+    assert "pool-explained" in (await page.get_attribute("#gauge", "aria-describedby") or "").split()
+    await no_a_aizuchi(page)
+    # The composer's labels on one line, and the fields under them, side by side.
+    name_label, text_label = await bounds(page, "label[for='name']"), await bounds(page, "label[for='text']")
+    assert abs(name_label["y"] - text_label["y"]) < 1 and abs(name_label["height"] - text_label["height"]) < 1
+    assert abs((await bounds(page, "#name"))["y"] - (await bounds(page, "#text"))["y"]) < 1
 
 
 async def test_the_room_on_a_phone_and_a_desktop_in_light_and_dark(browser: Browser, sqlite_url: str) -> None:
@@ -870,7 +920,15 @@ async def test_the_room_shows_what_each_persona_remembers_and_forgets_it_on_requ
         await page.locator("#memories li[data-persona='theo']").wait_for()
         await room.settled("lobby")  # nobody is about to take notes again
 
-        await rin.locator("button.forget").click()
+        # One "Forget" per persona, each named for whose notes it forgets.
+        forgets = await page.locator("#memories").aria_snapshot()
+        names = re.findall(r'button "([^"]*)"', forgets)
+        noted = await page.eval_on_selector_all(
+            "#memories li[data-persona] .head .who", "chips => chips.map((c) => c.textContent)"
+        )
+        assert names == [f"Forget {name}'s notes" for name in noted], forgets
+        assert {"Forget Rin's notes", "Forget Theo's notes"} <= set(names)
+        await page.get_by_role("button", name="Forget Rin's notes", exact=True).click()
         await rin.wait_for(state="detached")
         assert "rin" not in {m.persona for m in (await room.arbiter.service.memories("lobby")).memories}
         assert await page.is_visible("#memories li[data-persona='theo']")
@@ -879,3 +937,205 @@ async def test_the_room_shows_what_each_persona_remembers_and_forgets_it_on_requ
         assert not await page.is_visible("#forget-all")
         await page.close()
         assert problems == []
+
+
+# --- what a newcomer meets first: the settings in reach, errors that stay put, words that fit ------------------
+
+ROOM_HANDS = {"rin": "Rin", "theo": "Theo", "juno": "Juno"}
+
+
+async def take_notes(room: RoomServer, persona_id: str, notes: DialogueState) -> None:
+    """Store ``notes`` as what ``persona_id`` remembers of the lobby, as a persona does: with a pass."""
+    service = room.arbiter.service
+    said = await service.record_message("lobby", author_id="ken", author_name="Ken", text="What do you all think?")
+    claimed = await service.claim("lobby", persona_id, Tier.AIZUCHI)
+    assert claimed.claim is not None, claimed
+    await service.release("lobby", persona_id, claimed.claim.claim_id, memory=MemoryUpdate(seq=said.seq, state=notes))
+
+
+def long_notes(persona: str) -> DialogueState:
+    """As much as a persona may note (nearly the cap): a long list in the room."""
+    return DialogueState(
+        topic=f"{persona}'s view of the week's plans",
+        open_questions=[f"Who brings the {thing}?" for thing in ("bread", "cheese", "plates", "music", "chairs")],
+        agreed=["Saturday at noon", "the park by the river"],
+        speakers=[
+            SpeakerNote(name=f"Guest {n}", note=f"likes {n} kinds of tea, asked about the park") for n in range(9)
+        ],
+    )
+
+
+async def hands_in_the_lobby(room: RoomServer) -> None:
+    await room.arbiter.service.ensure_channel("lobby")
+    for persona_id, name in ROOM_HANDS.items():
+        await room.arbiter.service.register_persona(persona_id, name)
+
+
+async def test_the_settings_stay_in_reach_however_long_the_notes(browser: Browser, sqlite_url: str) -> None:
+    # A laptop's window less its browser's bars: 663 px, with every persona's notes near their cap.
+    short = {"width": 1366, "height": 663}
+    async with room_server(sqlite_url, personas=(), hands=tuple(ROOM_HANDS)) as room:
+        await hands_in_the_lobby(room)
+        for persona_id in ROOM_HANDS:
+            await take_notes(room, persona_id, long_notes(persona_id))
+        page = await new_page(browser, viewport=short)
+        problems = watch_problems(page)
+        await open_room(page, room.url + "/room/lobby")
+        assert await page.locator("#memories li[data-persona]").count() == 3
+        side = await page.evaluate("() => [document.getElementById('side').scrollHeight, innerHeight]")
+        assert side[0] > 2 * side[1], side  # the notes are long: the side panels scroll
+
+        # The settings' heading and their first fields are in the window as the page opens; the notes are below.
+        assert await page.evaluate("() => document.getElementById('side').scrollTop") == 0
+        settings = await bounds(page, "#settings-title")
+        capacity = await bounds(page, "#s-capacity")
+        assert capacity["y"] + capacity["height"] <= short["height"], (settings, capacity)
+        assert (await bounds(page, "#memory-title"))["y"] > settings["y"]
+
+        # The notes fold, with a count of whose notes they hold, and stay folded on the next visit.
+        toggle = page.locator("#memory-toggle")
+        assert await toggle.get_attribute("aria-expanded") == "true"
+        assert " ".join((await toggle.text_content() or "").split()) == "Memory (3)"
+        await toggle.click()
+        assert await toggle.get_attribute("aria-expanded") == "false"
+        await page.locator("#memories").wait_for(state="hidden")
+        await page.reload()
+        await page.locator("#connection[data-state='live']").wait_for()
+        assert await page.locator("#memories").is_hidden()
+        # Folded, the notes take a line: their heading, which says whose notes there are.
+        assert (await bounds(page, ".memory-panel"))["height"] < 80
+        await toggle.click()
+        await page.locator("#memories li[data-persona='rin']").wait_for()
+        await page.close()
+        assert problems == []
+
+
+async def test_a_refused_setting_stays_marked_and_holds_no_other_back(browser: Browser, sqlite_url: str) -> None:
+    async with room_server(sqlite_url, personas=(), hands=("probe",)) as room:
+        service = room.arbiter.service
+        page = await new_page(browser)
+        problems = watch_problems(page)
+        await open_room(page, room.url + "/room/lobby")
+        cost = page.locator("input[name='tiers.aizuchi.cost']")
+
+        async def marked() -> dict[str, str]:
+            """Each field marked, with the words of the message that describes it."""
+            shown: dict[str, str] = await page.eval_on_selector_all(
+                "#settings input[aria-invalid='true']",
+                """inputs => Object.fromEntries(inputs.map((input) => [input.name,
+                  document.getElementById(input.getAttribute("aria-describedby")).textContent]))""",
+            )
+            return shown
+
+        refused = {"tiers.aizuchi.cost": "Aizuchi cost must be at least 1."}
+        await cost.fill("0")
+        await page.click("#apply")
+        await page.locator("#settings-error:not(:empty)").wait_for()
+        assert await marked() == refused
+        assert await page.text_content("#settings-error") == "Aizuchi cost must be at least 1."
+        assert await page.is_visible("#settings-error-tiers-aizuchi-cost")
+
+        # A pause and a resume leave it marked: the value is still the one refused.
+        await page.click("#pause")
+        await page.locator("#settings-note", has_text="Paused.").wait_for()
+        assert await marked() == refused
+        await page.click("#pause")
+        await page.locator("#settings-note", has_text="Resumed.").wait_for()
+        assert await marked() == refused
+
+        # Another field changed meanwhile is saved; the refused one stays as typed, and marked.
+        await page.fill("#s-capacity", "90")
+        assert await marked() == refused  # typing elsewhere does not put it right either
+        await page.click("#apply")
+        await page.locator("#settings-note", has_text="Saved the other changes; the marked ones were not.").wait_for()
+        settings = await service.settings("lobby")
+        assert (settings.capacity, settings.tiers[Tier.AIZUCHI].cost) == (90, 5)
+        assert await page.input_value("#s-capacity") == "90"
+        assert await cost.input_value() == "0"
+        assert await marked() == refused
+
+        # A value refused because of another field's goes through once that field is changed too.
+        await cost.fill("70")
+        assert await marked() == {}  # a new value: not known to be wrong
+        await page.click("#apply")
+        await page.locator("#settings-error:not(:empty)").wait_for()
+        assert await marked() == {
+            "tiers.aizuchi.cost": "Aizuchi cost: remark must cost at least as much as aizuchi (70), not 60."
+        }
+        await page.fill("input[name='tiers.remark.cost']", "75")
+        await page.click("#apply")
+        await page.locator("#settings-note", has_text="Saved.").wait_for()
+        assert await marked() == {}
+        assert await page.text_content("#settings-error") == ""
+        tiers = (await service.settings("lobby")).tiers
+        assert (tiers[Tier.AIZUCHI].cost, tiers[Tier.REMARK].cost) == (70, 75)
+        await page.close()
+        # Chromium logs each refusal: the first Apply, the one that saved the capacity (refused first with the
+        # cost in it), the 70, and the 70 and 75 together was taken at once.
+        assert [text for text, _url in problems] == [
+            "Failed to load resource: the server responded with a status of 422 (Unprocessable Entity)"
+        ] * 3, problems
+
+
+async def test_cjk_text_is_never_in_italics(browser: Browser, sqlite_url: str) -> None:
+    async with room_server(sqlite_url, personas=(), hands=("mio", "rin")) as room:
+        service = room.arbiter.service
+        await service.ensure_channel("lobby")
+        await service.register_persona("mio", "みお")
+        await service.register_persona("rin", "Rin")
+        nods = {"mio": "なるほど、OKです。", "rin": "Right, I see: なるほど."}
+        for persona_id, nod in (*nods.items(), ("rin", "Mm, right.")):
+            await service.record_message("lobby", author_id="ken", author_name="Ken", text="Dinner at eight?")
+            assert (await service.consume("lobby", persona_id, nod, tier=Tier.AIZUCHI)).granted
+        page = await new_page(browser)
+        await open_room(page, room.url + "/room/lobby")
+        styles = await page.eval_on_selector_all(
+            "#messages li[data-tier='aizuchi'] .text",
+            """texts => texts.map((text) => {
+              // Each piece of text in the nod, and how it is set.
+              const walker = document.createTreeWalker(text, NodeFilter.SHOW_TEXT);
+              const pieces = [];
+              while (walker.nextNode()) {
+                const node = walker.currentNode;
+                pieces.push([node.textContent, getComputedStyle(node.parentElement).fontStyle]);
+              }
+              return { text: text.textContent, lang: text.lang, pieces };
+            })""",
+        )
+        assert styles == [
+            # Japanese: all of it upright (the Latin "OK" too), marked as Japanese.
+            {"text": nods["mio"], "lang": "ja", "pieces": [["なるほど、OKです。", "normal"]]},
+            # English with a Japanese word: the English in italics, the Japanese upright.
+            {
+                "text": nods["rin"],
+                "lang": "",
+                "pieces": [["Right, I see: ", "italic"], ["なるほど", "normal"], [".", "italic"]],
+            },
+            {"text": "Mm, right.", "lang": "", "pieces": [["Mm, right.", "italic"]]},
+        ]
+        await page.close()
+
+
+async def test_on_a_phone_everything_to_tap_is_big_enough(browser: Browser, sqlite_url: str) -> None:
+    # The banners with buttons (paused, the note about stand-ins) and the notes with their Forget buttons, shown.
+    notice = "Rin, Theo and Juno are offline stand-ins: lines from the persona files, no language model."
+    async with room_server(sqlite_url, personas=(), hands=tuple(ROOM_HANDS), notice=notice) as room:
+        await hands_in_the_lobby(room)
+        for persona_id in ROOM_HANDS:
+            await take_notes(room, persona_id, DialogueState(topic="dinner"))
+        await room.arbiter.service.update_settings("lobby", {"paused": True})
+        for scheme in ("light", "dark"):
+            page = await new_page(browser, viewport=PHONE, scheme=scheme)
+            problems = watch_problems(page)
+            await open_room(page, room.url + "/room/lobby")
+            for shown in ("#quiet-action", "#notice-hide", "#view-toggle", "#name", "#text", "#send"):
+                assert await page.is_visible(shown), shown
+            assert await small_targets(page) == [], scheme
+            await page.click("#view-toggle")
+            for shown in ("#switch-room", "#apply", "#pause", "#memory-toggle", "#forget-all"):
+                assert await page.is_visible(shown), shown
+            assert await page.locator("#memories button.forget").count() == 3
+            assert await small_targets(page) == [], scheme
+            assert await contrast_failures(page) == [], scheme
+            await page.context.close()
+            assert problems == []
