@@ -25,6 +25,7 @@ DEFAULT_LENGTHS = {
     "farewells": 120,
     "thanks": 120,
     "answers": 120,
+    "unsure": 120,
     "questions": 120,
     "echoes": 120,
 }

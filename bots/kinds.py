@@ -13,7 +13,7 @@ import re
 import unicodedata
 from enum import StrEnum
 
-__all__ = ("Kind", "asks_for_explanation", "is_question", "message_kind")
+__all__ = ("Kind", "asks_for_explanation", "asks_yes_or_no", "is_question", "message_kind")
 
 
 class Kind(StrEnum):
@@ -149,6 +149,39 @@ _EN_EXPLANATION = re.compile(
     r"\bhow\s+(?:do|does|did|can|could|would|should|is|are|was|were|to)\b(?!\s+(?:you|u)\s+do(?:ing)?\b)"
 )
 
+# What makes a question more than a yes or a no: a question word, a choice, a request for an idea or a name.
+_EN_OPEN = re.compile(
+    _words(
+        "what",
+        "what's",
+        "whats",
+        "which",
+        "why",
+        "how",
+        "how's",
+        "who",
+        "who's",
+        "whom",
+        "whose",
+        "where",
+        "where's",
+        "when",
+        "recommend",
+        "recommendation",
+        "recommendations",
+        "suggest",
+        "suggestion",
+        "suggestions",
+        "any ideas",
+        "any idea",
+        "any tips",
+        "any advice",
+        "favourite",
+        "favorite",
+    )
+    + r"|\bor\b"
+)
+
 # --- Japanese --------------------------------------------------------------------------------------------
 
 _JA_GREETING = re.compile(
@@ -170,7 +203,12 @@ _JA_QUESTION_WORD = re.compile(
     r"どこ(?!も|か)|いつ(?!も|か)|どう(?!も|せ)|どれ|どの|どんな|どっち|どちら|なぜ|いくつ|いくら"
 )
 _JA_REQUEST = re.compile(r"教えて|おしえて|説明して|聞かせて|話して(?:ください|くれ|よ|ほしい)|知りたい")
-_JA_NOT_QUESTION = re.compile(r"(?:そうか|そっか|そうですか|なるほどか|いいか)$")
+# "好きな本は?", "それって?": a topic left open asks what it is.
+_JA_OPEN_ENDING = re.compile(r"(?:は|って|とか|なら)[?？]*$")
+_JA_OPEN = re.compile(r"おすすめ|オススメ|お勧め|お薦め|それとも|か、.*か[?？]?$")
+_JA_NOT_QUESTION = re.compile(
+    r"(?:そうか|そっか|そうですか|そうでしたか|そうなんですか|そうだったんですか|なるほどか|いいか)$"
+)
 _JA_EXPLANATION = re.compile(
     r"なぜ|なんで(?!す|し)|どうして|どうやって|どうすれば|どうしたら|どういう(?:こと|意味|仕組み|風|ふう)|教えて|おしえて|"
     r"説明|詳しく|くわしく|仕組み|って何|ってなに|とは何|とは[?？]"
@@ -248,3 +286,16 @@ def asks_for_explanation(text: str) -> bool:
     if message_kind(normal) is not Kind.QUESTION:
         return False
     return bool(_EN_EXPLANATION.search(normal) or _JA_EXPLANATION.search(normal))
+
+
+def asks_yes_or_no(text: str) -> bool:
+    """Whether ``text`` is a question that a yes or a no answers ("Do you like jazz?", "行ったことある?"), not one
+    that asks what, which, why or how, to choose, for an idea or to be told something."""
+    normal = _normal(text)
+    if message_kind(normal) is not Kind.QUESTION or _EN_REQUEST.search(normal) or _JA_REQUEST.search(normal):
+        return False
+    clauses = [clause for clause in _clauses(normal) if not _EN_EXCLAMATION.match(clause)]
+    if any(_EN_OPEN.search(clause) for clause in clauses):
+        return False
+    stripped = normal.rstrip(_TAIL).rstrip("?？")
+    return not (_JA_QUESTION_WORD.search(stripped) or _JA_OPEN.search(stripped) or _JA_OPEN_ENDING.search(stripped))

@@ -118,7 +118,11 @@ class Samples(BaseModel):
     farewells: list[NamedLine] = Field(default_factory=list, description="goodbyes")
     thanks: list[NamedLine] = Field(default_factory=list, description="answers to thanks")
     answers: list[WordedLine] = Field(
-        default_factory=list, description="answers to a question put to it, that fit without knowing the question"
+        default_factory=list, description="answers to a yes-or-no question, that fit without knowing the question"
+    )
+    unsure: list[WordedLine] = Field(
+        default_factory=list,
+        description="what it says, offline, to a question it cannot answer (what, which, why, how): honestly",
     )
     questions: list[NamedLine] = Field(default_factory=list, description="questions it asks everyone")
     echoes: list[EchoLine] = Field(default_factory=list, description="reactions built on a word of the message")

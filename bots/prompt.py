@@ -20,6 +20,7 @@ from arbiter.contract import AuthorKind, Tier
 from bots.kinds import Kind, message_kind
 from bots.llm.base import COLUMNS_NOTE, Turn, length_limit
 from bots.memory import MEMORY_GUIDE, notes_lines
+from bots.scene import asking_index
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -126,9 +127,10 @@ def _quote(text: str) -> str:
 def _cue(persona: Persona, window: Sequence[MessageView], status: StatusView) -> str:
     """The closing lines: the message to reply to, quoted, and what to do with it."""
     if persona.id in status.priority:
-        asking = next((m for m in reversed(window) if persona.id in m.addressed), None)
-        if asking is None:
+        index = asking_index(persona, window, status)
+        if index is None:
             return "You were addressed directly: answer."
+        asking = window[index]
         if message_kind(asking.text) is Kind.QUESTION:
             return f"{asking.author_name} asked you: {_quote(asking.text)}\nAnswer it: it is your turn to speak."
         return f"{asking.author_name} said to you: {_quote(asking.text)}\nReply to it: it is your turn to speak."

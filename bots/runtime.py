@@ -31,6 +31,7 @@ from bots.memory import MEMORY_SCHEMA, fit_state
 from bots.planner import anchor, plan_turn, refused_outright
 from bots.platforms.base import Posted
 from bots.prompt import OWN_LINES, persona_prompt, rules_prompt, transcript_turn
+from bots.scene import scene_of
 from bots.text import clean_reply, is_emoji, nod_repeats, repeats
 
 if TYPE_CHECKING:
@@ -779,18 +780,16 @@ class ChannelWorker:
         lengths = {str(tier): status.tiers[tier].max_length for tier in allowed}
         actions = ("pass", *(str(tier) for tier in allowed)) if allow_pass else tuple(str(tier) for tier in allowed)
         rules = rules_prompt(self.persona, actions, lengths, status.topic, keeps_notes=True)
+        shown = self._shown(window)
         request = DecisionRequest(
             system=persona_prompt(self.persona) + "\n\n" + rules,
-            turns=(
-                transcript_turn(
-                    self.persona, self._shown(window), status, self.own_lines, memory=self.memory, keeps_notes=True
-                ),
-            ),
+            turns=(transcript_turn(self.persona, shown, status, self.own_lines, memory=self.memory, keeps_notes=True),),
             actions=actions,  # type: ignore[arg-type]
             max_lengths=lengths,
             time_left_s=self._time_left(lapses),
             allow_pass=allow_pass,
             memory_schema=MEMORY_SCHEMA,
+            scene=scene_of(self.persona, shown, status, self.own_lines, self.memory),
         )
         if request.time_left_s is not None and request.time_left_s <= 0:
             _log.warning("persona=%s: the claim lapses before a model could answer; passing", self.persona.id)
@@ -838,7 +837,6 @@ class ChannelWorker:
             # Not what was just said, nor one of its own recent lines (a model copies, and so does a script); a nod only
             # not its last nod again, nor an echo (see bots.text).
             if tier is Tier.AIZUCHI:
-                shown = self._shown(window)
                 # Its latest nod in the conversation the model was shown: the one its next nod must not be again.
                 mine = (m.text for m in reversed(shown) if m.author_id == self.persona.id and m.tier is Tier.AIZUCHI)
                 again = nod_repeats(text, last_nod=next(mine, None), answering=window[-1].text if window else None)

@@ -135,7 +135,9 @@ class ToolLoopWorker(ChannelWorker):
             page = await arbiter.history(
                 self.channel_id, after=max(0, self.last_seq - HISTORY_LIMIT), limit=HISTORY_LIMIT
             )
-            return {"history": [{"from": m.author_name, "message": m.text} for m in page.messages]}
+            # The reference's shape, and who each speaker is: a model tells a person from a persona by it.
+            history = [{"from": m.author_name, "author_kind": m.author_kind, "message": m.text} for m in page.messages]
+            return {"history": history}
         if name == "consume":
             return await self._consume(arguments)
         return {"error": f"unknown tool {name!r}"}

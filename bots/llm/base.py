@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from types import TracebackType
     from typing import Self
 
+    from bots.llm.scene import Scene
+
 __all__ = (
     "ACTIONS",
     "COLUMNS_NOTE",
@@ -163,7 +165,7 @@ class CompletionRequest:
 
     ``max_tokens`` of None means the profile's ``max_tokens``. ``time_left_s``: the seconds this call may take
     in all, retries included (None: no limit but the profile's timeout per attempt); the runtime gives what
-    its claim has left.
+    its claim has left. ``scene``: the facts the prompt tells, for a provider that cannot read it (never sent).
     """
 
     system: str
@@ -172,6 +174,7 @@ class CompletionRequest:
     tool_choice: ToolChoice = "auto"
     max_tokens: int | None = None
     time_left_s: float | None = None
+    scene: Scene | None = None
 
     def __post_init__(self) -> None:
         _check_time_left(self.time_left_s)
@@ -215,7 +218,8 @@ class DecisionRequest:
     tier's maximum length in display columns (a wide character counts 2), for the instructions; the provider
     does not trim, the runtime does. ``max_tokens`` and ``time_left_s`` as in :class:`CompletionRequest`.
     ``memory_schema``: the JSON schema of a state the model keeps along with its decision (a persona's notes on
-    the conversation); the decision then has a required ``memory`` property of that schema.
+    the conversation); the decision then has a required ``memory`` property of that schema. ``scene`` as in
+    :class:`CompletionRequest`.
     """
 
     system: str
@@ -226,6 +230,7 @@ class DecisionRequest:
     time_left_s: float | None = None
     allow_pass: bool = True
     memory_schema: Mapping[str, Any] | None = None
+    scene: Scene | None = None
 
     def __post_init__(self) -> None:
         _check_time_left(self.time_left_s)
@@ -543,6 +548,7 @@ class ChatProvider(ABC):
                 tool_choice=DECIDE_TOOL,
                 max_tokens=request.max_tokens,
                 time_left_s=request.time_left_s,
+                scene=request.scene,
             )
         )
         call = next((call for call in completion.tool_calls if call.name == DECIDE_TOOL), None)

@@ -88,6 +88,7 @@ async def decide_with_tools(
             tool_choice=DECIDE_TOOL if last else "required",
             max_tokens=request.max_tokens,
             time_left_s=left,
+            scene=request.scene,
         )
         on_request()
         completion = await provider.complete(completion_request)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bots.kinds import Kind, asks_for_explanation, is_question, message_kind
+from bots.kinds import Kind, asks_for_explanation, asks_yes_or_no, is_question, message_kind
 
 KINDS = [
     # greetings
@@ -111,3 +111,32 @@ def test_asks_for_explanation(text: str, explain: bool) -> None:
 )
 def test_is_question(text: str, asks: bool) -> None:
     assert is_question(text) is asks
+
+
+@pytest.mark.parametrize(
+    ("text", "yes_or_no"),
+    [
+        ("Do you like jazz?", True),
+        ("Is it raining?", True),
+        ("Anyone tried the new cafe?", True),
+        ("Did you sleep well?", True),
+        ("What a day! Are you tired?", True),  # an exclamation, then a yes-or-no question
+        ("行ったことある?", True),
+        ("それって本当?", True),
+        ("明日は晴れるかな", True),
+        ("Juno, what's your favourite book?", False),
+        ("Theo, what do you think about deploying on a Friday?", False),
+        ("Why?", False),
+        ("Tea or coffee?", False),
+        ("Can you recommend a book?", False),
+        ("Any book recommendations for a long train ride?", False),
+        ("Do you know when it starts?", False),
+        ("みおさん、おすすめの本は何ですか?", False),
+        ("好きな本は?", False),
+        ("コーヒーと紅茶、どっちが好き?", False),
+        ("How are you?", False),  # a greeting, not a question to answer
+        ("I baked bread.", False),  # no question at all
+    ],
+)
+def test_asks_yes_or_no(text: str, yes_or_no: bool) -> None:
+    assert asks_yes_or_no(text) is yes_or_no

@@ -16,6 +16,7 @@ from bots.llm.base import DecisionRequest, Turn
 from bots.llm.scripted import ScriptedProvider, kept_notes
 from bots.memory import MEMORY_SCHEMA, fit_state, notes_lines
 from bots.prompt import transcript_turn
+from bots.scene import scene_of
 from tests.bots.test_prompt import message, status
 from tests.support.fleet import make_persona
 
@@ -102,9 +103,10 @@ def test_the_prompt_shows_the_notes_one_fact_per_line() -> None:
 def _request(notes: wire.MemoryUpdate | None, texts: list[tuple[str, str]], topic: str = "") -> DecisionRequest:
     persona = make_persona("aoi", name="Aoi")
     window = [message(seq, author.lower(), text, name=author) for seq, (author, text) in enumerate(texts, start=1)]
-    turn = transcript_turn(persona, window, status(), memory=notes, keeps_notes=True)
-    system = f"You are Aoi, one of several people.\nThe moderators set the topic: {topic}" if topic else "You are Aoi"
-    return DecisionRequest(system=system, turns=(turn,), memory_schema=MEMORY_SCHEMA)
+    shown = status(topic=topic)
+    turn = transcript_turn(persona, window, shown, memory=notes, keeps_notes=True)
+    scene = scene_of(persona, window, shown, memory=notes)
+    return DecisionRequest(system="You are Aoi", turns=(turn,), memory_schema=MEMORY_SCHEMA, scene=scene)
 
 
 async def test_the_offline_stand_in_keeps_each_speakers_latest_line_and_question() -> None:
@@ -146,8 +148,9 @@ async def test_the_offline_stand_in_keeps_each_speakers_latest_line_and_question
             {"name": "Ren", "note": "said: I can bake a cake."},
         ],
     }
-    # Deterministic: the same prompt gives the same notes, whatever the seed.
-    assert kept_notes(later.system, later.turns) == second.decision.memory
+    # Deterministic: the same scene gives the same notes, whatever the seed.
+    assert later.scene is not None
+    assert kept_notes(later.scene) == second.decision.memory
 
 
 async def test_without_a_schema_the_offline_stand_in_keeps_no_notes() -> None:

@@ -41,8 +41,8 @@ def message(
     )
 
 
-def status(priority: tuple[str, ...] = ()) -> StatusView:
-    return status_for("aoi", priority=priority, lengths=dict.fromkeys(Tier, 24))
+def status(priority: tuple[str, ...] = (), topic: str = "") -> StatusView:
+    return status_for("aoi", priority=priority, lengths=dict.fromkeys(Tier, 24), topic=topic)
 
 
 # --- who the persona is ------------------------------------------------------------------------------------

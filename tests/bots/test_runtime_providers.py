@@ -257,7 +257,7 @@ async def test_a_tool_loop_round_trip_reads_history_and_status_then_consumes_and
     offered = [tool["function"]["name"] if api == "openai" else tool["name"] for tool in bodies[0]["tools"]]
     assert sorted(offered) == ["consume", "history", "status"]
     history = json.loads(tool_results(api, bodies[1])[-1])
-    assert {"from": "Yui", "message": QUESTION} in history["history"]
+    assert {"from": "Yui", "author_kind": "human", "message": QUESTION} in history["history"]
     status = json.loads(tool_results(api, bodies[2])[-1])
     assert status["resource"] == 100 and status["costs"]["remark"] == 60
     consumed = json.loads(tool_results(api, bodies[3])[-1])

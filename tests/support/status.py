@@ -24,12 +24,14 @@ def status_for(
     priority: Sequence[str] = (),
     lengths: Mapping[Tier, int] = DEFAULT_LENGTHS,
     now: float = 0.0,
+    topic: str = "",
 ) -> StatusView:
-    """A quiet, full channel seen by ``persona_id``, with ``priority`` asked and the tiers' ``lengths``."""
+    """A quiet, full channel seen by ``persona_id``, with ``priority`` asked, the tiers' ``lengths`` and a
+    ``topic``."""
     tiers = {tier: TierRule(cost=5, max_length=lengths[tier], recovery_s=5.0) for tier in Tier}
     state = ChannelState(
         "lounge",
-        ChannelSettings(tiers=tiers, daily_token_budget=None),
+        ChannelSettings(tiers=tiers, daily_token_budget=None, topic=topic),
         priority=Priority(frozenset(priority), now + 20.0, 1) if priority else None,
     )
     return status_view(state, now, persona_id=persona_id, display_name=persona_id.title())

@@ -1,9 +1,10 @@
-"""The scripted provider: it answers what was said, by kind, in the persona's language; deterministic for a seed,
-never repeating a remark of its last 30 lines nor its previous nod, costing no tokens, and able to play the tool
-loop."""
+"""The scripted provider: it answers what was said, by kind, in the persona's language, from the scene the runtime
+hands it (never the prompt's words); deterministic for a seed, never repeating a remark of its last 30 lines nor
+its previous nod, costing no tokens, and able to play the tool loop."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import re
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from arbiter.contract import AuthorKind, MessageView, StatusView
+from arbiter.contract import AuthorKind, MessageView, StatusView, Tier
 from bots.llm import (
     ChatProvider,
     Completion,
@@ -31,15 +32,19 @@ from bots.llm import (
     estimate_prompt_tokens,
 )
 from bots.llm.base import decision_tool
+from bots.llm.scene import Scene, SceneLine
 from bots.llm.scripted import GENERIC, arithmetic, content_word
 from bots.persona import load_persona
 from bots.prompt import persona_prompt, rules_prompt, transcript_turn
+from bots.scene import scene_of
 from bots.text import is_emoji, nod_repeats, repeats
+from tests.support.lines import built_from, set_of
 from tests.support.status import status_for
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from bots.llm.scripted.words import Language
     from bots.persona import Persona
 
 PERSONAS = Path(__file__).resolve().parents[3] / "personas"
@@ -55,6 +60,7 @@ REMARKS = [
     "I never know what to order at ramen shops.",
 ]
 SYSTEM = "You are Hana, cheerful and curious."
+PROMPT = (Turn("user", "(the prompt: the stand-in does not read it)"),)
 LIMITS = {"aizuchi": 12, "remark": 50, "long": 100}
 LENGTHS = {"aizuchi": 24, "remark": 120, "long": 240}  # the arbiter's defaults
 
@@ -71,22 +77,36 @@ def scripted(seed: int = 7, **options: Any) -> ScriptedProvider:
     return ScriptedProvider(AIZUCHI, REMARKS, seed=seed, **options)
 
 
+def scene(*lines: str, asked: int | None = None) -> Scene:
+    """A conversation as the runtime hands it: "Name: text" is a person's line, "Name (persona): text" another
+    persona's, "you: text" (or "you (nod): text") the persona's own."""
+    parsed = []
+    for line in lines:
+        speaker, _, text = line.partition(": ")
+        if speaker.startswith("you"):
+            parsed.append(SceneLine("Hana", "you", text, nod=speaker == "you (nod)"))
+        elif speaker.endswith(" (persona)"):
+            parsed.append(SceneLine(speaker.removesuffix(" (persona)"), "persona", text))
+        else:
+            parsed.append(SceneLine(speaker, "person", text))
+    return Scene(names=("Hana",), lines=tuple(parsed), asked=asked)
+
+
+def decide(scene: Scene | None = None, **options: Any) -> DecisionRequest:
+    return DecisionRequest(system=SYSTEM, turns=PROMPT, scene=scene, **options)
+
+
 async def converse(provider: ScriptedProvider, rounds: int, actions: tuple[Any, ...] = ()) -> list[tuple[str, str]]:
     """Decide ``rounds`` times in a growing conversation; returns (action, text) pairs."""
-    turns: list[Turn] = [Turn("user", "Mio: has anyone tried the new ramen place?")]
+    lines = ["Mio: the new ramen place opened today."]
     said: list[tuple[str, str]] = []
     for index in range(rounds):
-        request = DecisionRequest(
-            system=SYSTEM,
-            turns=tuple(turns[-12:]),
-            actions=actions or ("aizuchi", "remark", "long"),
-            max_lengths=LIMITS,
-        )
+        request = decide(scene(*lines[-12:]), actions=actions or ("aizuchi", "remark", "long"), max_lengths=LIMITS)
         result = await provider.decide(request)
         said.append((result.decision.action, result.decision.text))
         if result.decision.action != "pass":
-            turns.append(Turn("assistant", result.decision.text))
-        turns.append(Turn("user", f"Kai: message number {index}"))
+            lines.append(f"you{' (nod)' if result.decision.action == 'aizuchi' else ''}: {result.decision.text}")
+        lines.append(f"Kai: message number {index}")
     return said
 
 
@@ -128,11 +148,13 @@ class Room:
             offered = offered[1:]  # as the runtime: asked directly, answer (or pass), do not just nod
         lengths = {action: LENGTHS[action] for action in offered}
         actions = ("pass", *offered)
+        shown = status([self.persona.id] if to_it else [])
         return DecisionRequest(
             system=persona_prompt(self.persona) + "\n\n" + rules_prompt(self.persona, actions, lengths, ""),
-            turns=(transcript_turn(self.persona, self.window, status([self.persona.id] if to_it else [])),),
+            turns=(transcript_turn(self.persona, self.window, shown),),
             actions=actions,  # type: ignore[arg-type]
             max_lengths=lengths,
+            scene=scene_of(self.persona, self.window, shown),
         )
 
     async def ask(self, provider: ScriptedProvider, text: str, *, to_it: bool = False, tier: str = "remark") -> str:
@@ -140,25 +162,14 @@ class Room:
         for _ in range(4):
             decision = (await provider.decide(self.request(text, to_it=to_it, tier=tier))).decision
             if decision.action != "pass":
-                self._add(self.persona.id, AuthorKind.PERSONA, self.persona.display_name, decision.text, [])
+                self.said(decision.action, decision.text)
                 self.action = decision.action
                 return decision.text
         raise AssertionError(f"{self.persona.id} passed on {text!r} four times")
 
-
-def built_from(text: str, lines: Sequence[str]) -> bool:
-    """Whether ``text`` is one of ``lines`` with its placeholders filled in (any name, word or number)."""
-    for line in lines:
-        pattern = re.escape(line)
-        for placeholder in ("name", "word", "n"):
-            pattern = pattern.replace(re.escape("{" + placeholder + "}"), ".+?")
-        if re.fullmatch(pattern, text, re.IGNORECASE):
-            return True
-    return False
-
-
-def set_of(persona: Persona, name: str) -> list[str]:
-    return [*getattr(persona.samples, name), *getattr(GENERIC[persona.language], name)]
+    def said(self, action: str, text: str) -> None:
+        self._add(self.persona.id, AuthorKind.PERSONA, self.persona.display_name, text, [])
+        self.window[-1] = self.window[-1].model_copy(update={"tier": Tier(action)})
 
 
 # --- it answers what was said ---------------------------------------------------------------------------
@@ -168,7 +179,10 @@ KIND_CASES = [
     ("rin", "Hi everyone!", False, "greetings"),
     ("rin", "Good morning, Rin!", True, "greetings"),
     ("rin", "Thanks, Rin!", True, "thanks"),
-    ("rin", "Rin, what are you working on these days?", True, "answers"),
+    ("rin", "Rin, what are you working on these days?", True, "unsure"),
+    ("rin", "Rin, do you like jazz?", True, "answers"),
+    ("juno", "Juno, what's your favourite book?", True, "unsure"),
+    ("juno", "What's everyone reading?", False, "unsure"),
     ("rin", "Gotta go, bye all!", False, "farewells"),
     ("theo", "Hello Theo.", True, "greetings"),
     ("theo", "Theo, is it safe to deploy now?", True, "answers"),
@@ -176,10 +190,12 @@ KIND_CASES = [
     ("theo", "Good night everyone.", False, "farewells"),
     ("hana", "こんにちは!", False, "greetings"),
     ("hana", "はなちゃん、ありがとう!", True, "thanks"),
-    ("hana", "はなちゃん、最近なにしてるの？", True, "answers"),
+    ("hana", "はなちゃん、最近なにしてるの？", True, "unsure"),
+    ("hana", "はなちゃん、もう行った?", True, "answers"),
     ("hana", "またね!", False, "farewells"),
     ("mio", "みおさん、こんばんは。", True, "greetings"),
-    ("mio", "みおさん、おすすめの本はありますか？", True, "answers"),
+    ("mio", "みおさん、おすすめの本はありますか？", True, "unsure"),
+    ("mio", "みおさん、おすすめの本は何ですか?", True, "unsure"),
     ("mio", "おやすみなさい", False, "farewells"),
     ("sora", "そらさん、ありがとうございます!", True, "thanks"),
 ]
@@ -195,6 +211,20 @@ async def test_it_answers_the_kind_of_message_in_the_personas_language(
 
     assert built_from(answer, set_of(persona, kind)), f"{answer!r} is not from {kind}"
     assert (width(answer) > len(answer)) is (persona.language == "ja")  # Japanese for a Japanese persona
+
+
+async def test_it_reads_the_scene_so_rewording_the_prompt_changes_nothing() -> None:
+    rin = shipped("rin")
+    request = Room(rin).request("Rin, what's your favourite book?", to_it=True)
+    reworded = dataclasses.replace(
+        request, system="Another prompt entirely.", turns=(Turn("user", 'Yui asked you: "Do you like jazz?"'),)
+    )
+    same, other = ScriptedProvider.for_persona(rin, seed=5), ScriptedProvider.for_persona(rin, seed=5)
+
+    for _ in range(10):
+        answer = (await same.decide(request)).decision
+        assert answer == (await other.decide(reworded)).decision
+        assert answer.action == "pass" or built_from(answer.text, set_of(rin, "unsure")), answer
 
 
 @pytest.mark.parametrize(
@@ -216,16 +246,21 @@ async def test_simple_arithmetic_put_to_it_gets_the_number(persona_id: str, text
         assert re.search(rf"(?<![\d.]){re.escape(number)}(?![\d])", answer), answer
 
 
-async def test_a_question_to_everyone_gets_an_answer_or_an_echo_and_a_statement_a_remark() -> None:
+async def test_a_question_to_everyone_gets_an_answer_and_a_statement_a_remark() -> None:
     rin = shipped("rin")
-    answers = set_of(rin, "answers") + set_of(rin, "echoes")
     remarks = [*rin.samples.remarks, *set_of(rin, "echoes"), *set_of(rin, "questions")]
+    cases = [
+        ("Has anyone tried baking sourdough?", set_of(rin, "answers"), set_of(rin, "answers")),
+        ("What's everyone baking this week?", set_of(rin, "unsure"), set_of(rin, "unsure")),
+        ("I baked sourdough yesterday.", remarks, rin.samples.aizuchi),
+    ]
     for seed in range(6):
         room, provider = Room(rin), ScriptedProvider.for_persona(rin, seed=seed)
-        for text, lines in (("Has anyone tried baking sourdough?", answers), ("I baked sourdough yesterday.", remarks)):
+        for text, lines, nods in cases:
             said = await room.ask(provider, text)
-            # Now and then it nods instead of taking the remark it claimed, as a model would.
-            assert built_from(said, lines if room.action == "remark" else rin.samples.aizuchi), said
+            # Now and then it nods instead of taking the remark it claimed, as a model would: a question's nod is
+            # a short answer, a statement's a nod.
+            assert built_from(said, lines if room.action == "remark" else nods), (text, said)
         assert built_from(await room.ask(provider, "Nice.", tier="aizuchi"), rin.samples.aizuchi)
 
 
@@ -270,21 +305,26 @@ def test_arithmetic(text: str, expected: str | None) -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "word"),
+    ("text", "language", "word"),
     [
-        ("I baked sourdough yesterday.", "sourdough"),
-        ("Rin, what are you building?", "building"),
-        ("Sourdough is hard.", "sourdough"),
-        ("The API keeps timing out", "API"),
-        ("We repainted the kitchen green.", "kitchen"),  # a likely noun before a verb
-        ("昨日サワードウを焼いたよ", "サワードウ"),
-        ("分散システムについて教えて", "分散システム"),
-        ("ok", None),
-        ("それな", None),
+        ("I baked sourdough yesterday.", "en", "sourdough"),
+        ("Rin, what are you building?", "en", "building"),
+        ("Sourdough is hard.", "en", "sourdough"),
+        ("The API keeps timing out", "en", "API"),
+        ("We repainted the kitchen green.", "en", "kitchen"),  # a likely noun before a verb
+        ("It just happens sometimes, you know.", "en", None),  # a verb is no word to build on
+        ("昨日サワードウを焼いたよ", "ja", "サワードウ"),
+        ("分散システムについて教えて", "ja", "分散システム"),
+        ("ok", "en", None),
+        ("それな", "ja", None),
+        # Never a word carried over into another language.
+        ("Catchの話、聞いたことある?", "ja", None),
+        ("I watched Catch Me If You Can", "ja", None),
+        ("昨日サワードウを焼いたよ", "en", None),
     ],
 )
-def test_content_word(text: str, word: str | None) -> None:
-    assert content_word(text, ["Rin"]) == word
+def test_content_word(text: str, language: Language, word: str | None) -> None:
+    assert content_word(text, ["Rin"], language) == word
 
 
 # --- it never repeats -----------------------------------------------------------------------------------
@@ -348,8 +388,8 @@ async def test_over_a_long_run_no_remark_repeats_its_last_30_lines_and_no_nod_it
             assert not repeats(decision.text, said[-30:]), f"{decision.text!r} repeats one of {said[-30:]}"
             assert decision.text not in shown
         said.append(decision.text)
-        room._add(persona.id, AuthorKind.PERSONA, persona.display_name, decision.text, [])
-    assert len(said) >= 110  # it found something to say nearly every time
+        room.said(decision.action, decision.text)
+    assert len(said) >= 100  # it found something to say nearly every time
 
 
 EMOJI_NODS = ("🙂", "👍", "👀", "Hm.", "Fair.", "Sure.")
@@ -402,13 +442,10 @@ async def test_a_nod_is_not_the_message_it_answers_nor_its_previous_nod_again() 
     provider = ScriptedProvider(["Right!", "I see.", "Sure."], REMARKS, seed=1)
     # Its previous nod is in the conversation shown (whatever it said elsewhere since: the rule is per conversation);
     # another's "Sure." earlier on is no bar to a nod.
-    turns = (Turn("user", "Mio: Sure."), Turn("assistant", "I see."), Turn("user", "Mio: Right!"))
+    shown = scene("Mio: Sure.", "you (nod): I see.", "Mio: Right!")
 
     nods = [
-        (
-            await provider.decide(DecisionRequest(system=SYSTEM, turns=turns, actions=("aizuchi",), allow_pass=False))
-        ).decision.text
-        for _ in range(20)
+        (await provider.decide(decide(shown, actions=("aizuchi",), allow_pass=False))).decision.text for _ in range(20)
     ]
 
     assert nods == ["Sure."] * 20  # not an echo of what it answers, nor its previous nod again
@@ -454,39 +491,38 @@ async def test_offered_a_claimed_tier_it_nearly_always_speaks_in_it(offered: tup
 
 
 @pytest.mark.parametrize(
-    "turns",
+    "shown",
     [
-        (Turn("user", "Mio: Right!"), Turn("assistant", "The queue is the worst part.")),
-        (Turn("user", "Recent conversation:\n[Mio] Right!\n[you] The queue is the worst part.\n\nYour move?"),),
+        scene("Mio: Right!", "you: The queue is the worst part."),
+        Scene(
+            names=("Hana",),
+            lines=(SceneLine("Mio", "person", "Right!"),),
+            earlier_own=("The queue is the worst part.",),
+        ),
     ],
-    ids=["turn per line", "one transcript"],
+    ids=["in the lines shown", "said before them"],
 )
-async def test_a_remark_already_in_the_conversation_is_never_said(turns: tuple[Turn, ...]) -> None:
+async def test_a_remark_already_in_the_conversation_is_never_said(shown: Scene) -> None:
     provider = ScriptedProvider(["Right!", "I see.", "Sure."], ["The queue is the worst part.", "Ramen!"], seed=1)
 
     for _ in range(20):
-        result = await provider.decide(DecisionRequest(system=SYSTEM, turns=turns, actions=("aizuchi", "remark")))
+        result = await provider.decide(decide(shown, actions=("aizuchi", "remark")))
         assert result.decision.text != "The queue is the worst part."
 
 
 async def test_an_echo_template_someone_else_just_used_is_not_used_again() -> None:
     # Another persona's "Sourdough? Tell me more." and ours "Pizza? Tell me more." would read as a repeat.
     provider = ScriptedProvider(["Hm."], ["One."], echoes=["{word}? Tell me more."], seed=1)
-    turns = (Turn("user", "[Ben (persona)] Sourdough? Tell me more.\n[Yui (person)] I made pizza instead."),)
+    shown = scene("Ben (persona): Sourdough? Tell me more.", "Yui: I made pizza instead.")
 
     for _ in range(10):
-        decision = (await provider.decide(DecisionRequest(system=SYSTEM, turns=turns, actions=("remark",)))).decision
+        decision = (await provider.decide(decide(shown, actions=("remark",)))).decision
         assert "Tell me more" not in decision.text
 
 
 async def test_with_nothing_that_fits_it_passes() -> None:
     provider = ScriptedProvider(["Right!", "Sure."], ["That is a fine idea."], seed=1)
-    request = DecisionRequest(
-        system=SYSTEM,
-        turns=(Turn("user", "Kai: ok."),),
-        actions=("aizuchi", "remark"),
-        max_lengths={"aizuchi": 2, "remark": 3},
-    )
+    request = decide(scene("Kai: ok."), actions=("aizuchi", "remark"), max_lengths={"aizuchi": 2, "remark": 3})
 
     assert (await provider.decide(request)).decision.action == "pass"
 
@@ -494,13 +530,7 @@ async def test_with_nothing_that_fits_it_passes() -> None:
 async def test_when_a_pass_is_not_offered_it_always_says_something() -> None:
     # An addressed persona's second try (allow_pass off): better a line said before than no answer.
     provider = ScriptedProvider(["Right!", "Sure.", "Okay."], ["That is a fine idea.", "Let's go.", "Why not."], seed=1)
-    request = DecisionRequest(
-        system=SYSTEM,
-        turns=(Turn("user", "Kai: ok."),),
-        actions=("remark",),
-        max_lengths={"remark": 20},
-        allow_pass=False,
-    )
+    request = decide(scene("Kai: ok."), actions=("remark",), max_lengths={"remark": 20}, allow_pass=False)
 
     decisions = [(await provider.decide(request)).decision for _ in range(40)]
 
@@ -516,9 +546,7 @@ async def test_lines_fit_their_tier_in_display_columns() -> None:
     limits = {"aizuchi": 10, "remark": 30, "long": 60}
 
     for _ in range(40):
-        result = await provider.decide(
-            DecisionRequest(system=SYSTEM, turns=(Turn("user", "ミオ:どうする?"),), max_lengths=limits)
-        )
+        result = await provider.decide(decide(scene("ミオ: どうする?"), max_lengths=limits))
         decision = result.decision
         if decision.action != "pass":
             assert width(decision.text) <= limits[decision.action]
@@ -537,7 +565,7 @@ def test_the_language_comes_from_the_persona_or_its_lines() -> None:
 
 async def test_its_requests_cost_no_tokens() -> None:
     provider = scripted()
-    request = DecisionRequest(system=SYSTEM, turns=(Turn("user", "Kai: hi"),), actions=("remark",))
+    request = decide(scene("Kai: hi"), actions=("remark",))
 
     assert (await provider.decide(request)).usage == Usage(0, 0)
     assert (await provider.complete(CompletionRequest(system=SYSTEM, turns=request.turns))).usage == Usage(0, 0)
@@ -605,7 +633,7 @@ async def test_the_base_class_decide_works_through_the_scripted_decide_tool() ->
     assert "aizuchi" in actions
 
 
-async def test_the_decide_tool_answers_the_question_in_the_prompt() -> None:
+async def test_the_decide_tool_answers_the_question_in_the_scene() -> None:
     rin = shipped("rin")
     provider = ScriptedProvider.for_persona(rin, seed=2)
     request = Room(rin).request("Rin, what's 6 times 7?", to_it=True)
@@ -616,7 +644,7 @@ async def test_the_decide_tool_answers_the_question_in_the_prompt() -> None:
 
 
 async def test_without_tools_it_answers_with_a_line() -> None:
-    completion = await scripted().complete(CompletionRequest(system=SYSTEM, turns=(Turn("user", "Kai: nice."),)))
+    completion = await scripted().complete(CompletionRequest(system=SYSTEM, turns=PROMPT, scene=scene("Kai: nice.")))
 
     assert completion.text in AIZUCHI + REMARKS
     assert completion.tool_calls == ()
@@ -765,15 +793,16 @@ async def test_the_tool_loop_skips_remarks_the_history_already_has() -> None:
 
 
 async def test_the_tool_loop_nods_what_the_history_has_but_never_echoes_its_latest_message() -> None:
-    fake = FakeTools(level=30, history=tuple(AIZUCHI[:-1]))  # 30 affords only a nod
+    history = tuple(AIZUCHI[:-2])  # ending with "Ha, true."
+    fake = FakeTools(level=30, history=history)  # 30 affords only a nod
     nods: Counter[str] = Counter()
     for seed in range(20):
         fake.calls.clear()
         await run_loop(scripted(seed=seed), OUR_TOOLS, fake)
         nods.update(arguments["text"] for name, arguments in fake.calls if name == "consume")
 
-    assert AIZUCHI[-2] not in nods  # the message it answers
-    assert len(set(nods) & set(AIZUCHI[:-2])) >= 3  # others' nods further back may come again
+    assert history[-1] not in nods  # the message it answers
+    assert len(set(nods) & set(history[:-1])) >= 3  # others' nods further back may come again
 
 
 async def test_the_tool_loop_answers_the_latest_message_in_the_history() -> None:
@@ -818,10 +847,12 @@ LOOKUP = ToolSpec(
 )
 
 
-def with_tools(question: str, *loop: Turn) -> CompletionRequest:
-    request = DecisionRequest(system=SYSTEM, turns=(Turn("user", question), *loop), actions=("remark",))
+def with_tools(message: str, *loop: Turn) -> CompletionRequest:
+    """Mio's ``message`` to the persona, and the tool loop so far."""
+    shown = scene(f"Mio: {message}", asked=0)
+    request = DecisionRequest(system=SYSTEM, turns=(*PROMPT, *loop), actions=("remark",), scene=shown)
     return CompletionRequest(
-        system=SYSTEM, turns=request.turns, tools=(LOOKUP, decision_tool(request)), tool_choice="required"
+        system=SYSTEM, turns=request.turns, tools=(LOOKUP, decision_tool(request)), tool_choice="required", scene=shown
     )
 
 
@@ -835,13 +866,13 @@ def looked_up(result: str, *, is_error: bool = False) -> tuple[Turn, Turn]:
 async def test_asked_a_question_with_a_lookup_tool_it_looks_up_the_question_then_answers_from_it() -> None:
     provider = scripted()
 
-    first = await provider.complete(with_tools('Mio asked you: "When is the event?"'))
+    first = await provider.complete(with_tools("When is the event?"))
     assert [(call.name, call.arguments) for call in first.tool_calls] == [
         ("search_faq", {"query": "When is the event?"})
     ]
 
     found = "Every Saturday at 20:00 UTC.\n(FAQ: When is the event?)"
-    second = await provider.complete(with_tools('Mio asked you: "When is the event?"', *looked_up(found)))
+    second = await provider.complete(with_tools("When is the event?", *looked_up(found)))
     assert [(call.name, call.arguments["action"], call.arguments["text"]) for call in second.tool_calls] == [
         ("decide", "remark", "Every Saturday at 20:00 UTC.")
     ]
@@ -850,11 +881,11 @@ async def test_asked_a_question_with_a_lookup_tool_it_looks_up_the_question_then
 async def test_with_a_lookup_tool_it_decides_at_once_on_a_statement_and_ignores_a_failed_lookup() -> None:
     provider = scripted()
 
-    statement = await provider.complete(with_tools('Mio said to you: "I fixed my bike today."'))
+    statement = await provider.complete(with_tools("I fixed my bike today."))
     assert [call.name for call in statement.tool_calls] == ["decide"]
 
     failed = await provider.complete(
-        with_tools('Mio asked you: "When is the event?"', *looked_up("the tool failed: down", is_error=True))
+        with_tools("When is the event?", *looked_up("the tool failed: down", is_error=True))
     )
     (call,) = failed.tool_calls
     # An answer of its own to the question, not the error.
@@ -864,9 +895,9 @@ async def test_with_a_lookup_tool_it_decides_at_once_on_a_statement_and_ignores_
 
 async def test_a_decision_alone_is_the_same_with_or_without_the_tool_code() -> None:
     # The decide-only path (a forced decide call, or decide()) is untouched: same seed, same lines.
-    request = DecisionRequest(system=SYSTEM, turns=(Turn("user", 'Mio asked you: "When is the event?"'),))
+    request = decide(scene("Mio: When is the event?", asked=0))
     forced = CompletionRequest(
-        system=SYSTEM, turns=request.turns, tools=(decision_tool(request),), tool_choice="decide"
+        system=SYSTEM, turns=request.turns, tools=(decision_tool(request),), tool_choice="decide", scene=request.scene
     )
     a, b = scripted(seed=3), scripted(seed=3)
     decided = [(await a.decide(request)).decision for _ in range(5)]

@@ -1,0 +1,289 @@
+"""Choosing what the offline stand-in says: a move (pass, nod, remark, long remark) and a line of a set that fits
+the cue (:mod:`bots.llm.scripted.cue`), fresh by the runtime's rules.
+
+Which set fits: a greeting, thanks or a goodbye gets its own set; a question a yes or a no answers gets an answer,
+one it cannot know offline (what, which, why, how) an honest line that it cannot, never a yes or a no; simple
+arithmetic gets the number; a statement gets a nod, a remark, a question or a line built on one of its words. A
+message between others gets a nod at most, and nothing left to answer gets a pass. The persona's own lines come
+first, then the generic ones in its language.
+
+It keeps the runtime's no-repeat rule (:mod:`bots.text`): a remark is never one of its own last ``recent_window``
+lines (nor the same template), nor a line present in the conversation it was shown; a nod is not a sentence and
+may come again, only not as its previous nod nor as the words of the message it answers.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple, cast
+
+from arbiter.contract import display_length
+from bots.kinds import Kind
+from bots.llm.base import ACTIONS, Action, Decision
+from bots.text import line_key, nod_repeats, repeats
+
+if TYPE_CHECKING:
+    import random
+    from collections.abc import Iterable, Mapping
+
+    from bots.llm.scripted.cue import Cue
+    from bots.llm.scripted.lines import Lines
+
+__all__ = ("Line", "Said", "Voice", "join", "wide")
+
+# How often each move comes up before the mood adjustments below: mostly nods and remarks. A pass is rare:
+# the runtime only asks after it has decided to take a turn and claimed the tier, as a model would mostly
+# speak when asked at that point.
+_WEIGHTS: dict[str, float] = {"pass": 0.04, "aizuchi": 0.42, "remark": 0.34, "long": 0.12}
+# After each own move, how the next one's weights shift, so the persona does not do the same thing twice running.
+_AFTER: dict[str, dict[str, float]] = {
+    "pass": {"pass": 0.5},
+    "aizuchi": {"aizuchi": 0.8},
+    "remark": {"remark": 0.7},
+    "long": {"long": 0.25, "remark": 0.7},
+}
+_PLACEHOLDER = re.compile(r"\{(name|word|n)\}")
+_KIND_SETS = {Kind.GREETING: "greetings", Kind.FAREWELL: "farewells", Kind.THANKS: "thanks"}
+
+
+class Line(NamedTuple):
+    text: str
+    template: str | None = None  # the line it was built from, when it had a placeholder
+
+
+@dataclass(frozen=True, slots=True)
+class Said:
+    """What the conversation shown already holds: the lines' keys, the lines (to spot a template), and its own
+    latest nod there (the one its next nod must not be again)."""
+
+    keys: frozenset[str]
+    lines: tuple[str, ...]
+    last_nod: str | None = None
+
+    @classmethod
+    def of(cls, lines: Iterable[str], last_nod: str | None = None) -> Said:
+        texts = tuple(lines)
+        return cls(frozenset(line_key(text) for text in texts) - {""}, texts, last_nod)
+
+
+class Voice:
+    """A persona's lines and its memory of what it said: picks a move and a line for a cue.
+
+    ``lines`` are the persona's own sets, ``generic`` the fallback sets in its language; ``rng`` makes it
+    deterministic for a seed; ``recent_window`` is how many of its own latest lines it will not say again.
+    """
+
+    def __init__(self, lines: Lines, generic: Lines, rng: random.Random, recent_window: int) -> None:
+        self.lines = lines
+        self.generic = generic
+        self._rng = rng
+        # One entry per line said: its keys (and its template's), so a long remark counts as one line; and the
+        # lines themselves, to keep clear of near repeats too.
+        self._recent: deque[frozenset[str]] = deque(maxlen=max(1, recent_window))
+        self._recent_texts: deque[str] = deque(maxlen=max(1, recent_window))
+        self.last_action: str | None = None
+
+    def choose(self, actions: Iterable[str], max_lengths: Mapping[str, int], said: Said, cue: Cue) -> Decision:
+        """A move among ``actions`` and its line: the largest move most of the time (the caller claimed it),
+        another when nothing fresh fits, a pass when nothing fits at all and a pass is offered."""
+        weights = {action: _WEIGHTS[action] for action in actions}
+        largest = max((a for a in weights if a != "pass"), key=ACTIONS.index, default=None)
+        must_speak = "pass" not in weights
+        if cue.done and not must_speak:
+            return self.passes()
+        if largest is not None:
+            weights[largest] += 3.0
+        for action, factor in _AFTER.get(self.last_action or "", {}).items():
+            if action in weights:
+                weights[action] *= factor
+        used = frozenset().union(*self._recent)
+        while weights:
+            action = self._rng.choices(list(weights), weights=list(weights.values()))[0]
+            if action == "pass":
+                break
+            parts = self._pick(action, max_lengths.get(action), said, used, cue)
+            if parts is not None:
+                return self.said(action, parts)
+            del weights[action]  # nothing fresh fits this move: try the others before falling silent
+        if must_speak and largest is not None:
+            # Better a line said before than no answer at all: the freshest that fits, else the shortest nod.
+            parts = self._pick(largest, max_lengths.get(largest), Said.of(()), frozenset(), cue, relaxed=True)
+            return self.said(largest, parts or (Line(min(self.lines.aizuchi, key=display_length)),))
+        return self.passes()
+
+    def passes(self) -> Decision:
+        self.last_action = "pass"
+        return Decision("pass")
+
+    def said(self, action: str, parts: tuple[Line, ...]) -> Decision:
+        """Say ``parts`` as ``action``: remembered, so that it is not said again soon."""
+        text = join(tuple(part.text for part in parts))
+        self._recent.append(frozenset(key for part in parts for key in _keys(part)))
+        self._recent_texts.append(text)
+        self.last_action = action
+        return Decision(cast("Action", action), text)
+
+    # --- picking a line -------------------------------------------------------------------------------
+
+    def _pick(
+        self, action: str, limit: int | None, said: Said, used: frozenset[str], cue: Cue, *, relaxed: bool = False
+    ) -> tuple[Line, ...] | None:
+        if action == "aizuchi":
+            return self._pick_nod(limit, cue, said, relaxed=relaxed)
+
+        def fresh(line: Line) -> bool:
+            return (
+                not any(key in used or key in said.keys for key in _keys(line))
+                and (line.template is None or not _template_in(line.template, said.lines))
+                and (limit is None or display_length(line.text) <= limit)
+            )
+
+        def first_fresh(pools: list[list[Line]]) -> list[Line]:
+            for pool in pools:
+                usable = [line for line in dict.fromkeys(pool) if fresh(line)]
+                if usable:
+                    return usable
+            return []
+
+        earlier = [] if relaxed else [*self._recent_texts, *said.lines]
+
+        def choose(candidates: list[tuple[Line, ...]]) -> tuple[Line, ...] | None:
+            # At random; but not what says nearly the same as a line said lately (as the runtime would judge).
+            while candidates:
+                parts = self._rng.choice(candidates)
+                if not repeats(join(tuple(part.text for part in parts)), earlier):
+                    return parts
+                candidates = [other for other in candidates if other != parts]
+            return None
+
+        firsts = first_fresh(self._remark_pools(cue))
+        if action == "long" and firsts:
+            # A long remark is a line and a follow-up run together; the line alone will do when no pair fits.
+            follows = first_fresh(self._follow_pools(cue))
+            pairs: list[tuple[Line, ...]] = [
+                (a, b)
+                for a in firsts
+                for b in follows
+                if line_key(a.text) != line_key(b.text)
+                and (a.template is None or a.template != b.template)
+                and (limit is None or display_length(join((a.text, b.text))) <= limit)
+            ]
+            chosen = choose(pairs)
+            if chosen is not None:
+                return chosen
+        return choose([(line,) for line in firsts])
+
+    def _pick_nod(self, limit: int | None, cue: Cue, said: Said, *, relaxed: bool) -> tuple[Line, ...] | None:
+        """A nod from the first pool with one that fits: at random among all of them, any said before included,
+        but not one that :func:`bots.text.nod_repeats` (its previous nod, or an echo of the message it answers)."""
+
+        def usable(line: Line) -> bool:
+            return (limit is None or display_length(line.text) <= limit) and (
+                relaxed or not nod_repeats(line.text, last_nod=said.last_nod, answering=cue.text or None)
+            )
+
+        # A short answer is a line, not a nod: not one just said by another.
+        answers = not cue.for_another and bool(self._answer_sets(cue))
+        for pool in self._nod_pools(cue):
+            lines = [
+                line for line in dict.fromkeys(pool) if usable(line) and not (answers and said.keys & set(_keys(line)))
+            ]
+            if lines:
+                return (self._rng.choice(lines),)
+        return None
+
+    def is_nod(self, text: str) -> bool:
+        """Whether ``text`` is one of its nods (for a conversation that does not say which lines were nods)."""
+        key = line_key(text)
+        return any(line_key(line) == key for line in (*self.lines.aizuchi, *self.generic.aizuchi))
+
+    # --- where each move's lines come from, best first: the first pool with a fresh line that fits is used ----
+
+    def _answer_sets(self, cue: Cue) -> tuple[str, ...]:
+        """The sets that answer ``cue`` when it wants more than a nod or a remark; () when it does not."""
+        if cue.aside or cue.done:
+            return ()
+        if cue.result is not None:
+            return ("numbers",)
+        if cue.kind in _KIND_SETS:
+            return (_KIND_SETS[cue.kind],)
+        if cue.kind is Kind.QUESTION:
+            return ("unsure",) if cue.open else ("answers",)
+        return ()
+
+    def _pools(self, names: Iterable[str], cue: Cue) -> list[list[Line]]:
+        return [self._filled(getattr(lines, name), cue) for name in names for lines in (self.lines, self.generic)]
+
+    def _nod_pools(self, cue: Cue) -> list[list[Line]]:
+        answering = () if cue.for_another else self._answer_sets(cue)
+        if answering:
+            return self._pools(answering, cue)  # a short answer fits a nod's length; a mere nod does not answer
+        return [self._filled(self.lines.aizuchi, cue), self._filled(self.generic.aizuchi, cue)]
+
+    def _remark_pools(self, cue: Cue) -> list[list[Line]]:
+        if cue.aside or cue.done:
+            return []
+        answering = self._answer_sets(cue)
+        if answering:
+            return self._pools(answering, cue)
+        own, generic = self.lines, self.generic
+        return [
+            self._filled(own.remarks + own.echoes + own.questions, cue),
+            self._filled(generic.echoes + generic.questions, cue),
+            self._filled(generic.remarks, cue),
+        ]
+
+    def _follow_pools(self, cue: Cue) -> list[list[Line]]:
+        """What a long remark adds after its first line: to a greeting a question, to a remark another remark."""
+        own, generic = self.lines, self.generic
+        if cue.kind is Kind.GREETING and not cue.aside:
+            return [self._filled(own.questions, cue), self._filled(generic.questions, cue)]
+        if self._answer_sets(cue):
+            return []  # an answer, a goodbye or a you're-welcome needs nothing after it
+        return [self._filled(own.remarks, cue), self._filled(own.questions, cue), self._filled(generic.remarks, cue)]
+
+    def _filled(self, lines: Iterable[str], cue: Cue) -> list[Line]:
+        """The lines with their placeholders filled from the cue; those whose placeholder is unknown left out."""
+        values = {"name": cue.speaker, "word": cue.word, "n": cue.result}
+        filled: list[Line] = []
+        for line in lines:
+            names = _PLACEHOLDER.findall(line)
+            if not names:
+                filled.append(Line(line))
+                continue
+            if any(values.get(name) is None for name in names):
+                continue
+            text = _PLACEHOLDER.sub(lambda match: str(values[match.group(1)]), line)
+            if line.startswith("{word}") and text[:1].isascii():
+                text = text[:1].upper() + text[1:]
+            filled.append(Line(text, line))
+        return filled
+
+
+def wide(char: str) -> bool:
+    return unicodedata.east_asian_width(char) in ("W", "F")
+
+
+def join(parts: tuple[str, ...]) -> str:
+    """Sentences run together: Latin text wants a space between them; Japanese and Chinese do not ("やあ!わかる")."""
+    text = parts[0]
+    for part in parts[1:]:
+        text += ("" if wide(text[-1:] or " ") or wide(part[:1] or " ") else " ") + part
+    return text
+
+
+def _keys(line: Line) -> tuple[str, ...]:
+    """What saying ``line`` uses up: the line, and the template it was built from (a key no text can have)."""
+    key = line_key(line.text)
+    return (key,) if line.template is None else (key, f"template:{line.template}")
+
+
+def _template_in(template: str, lines: Iterable[str]) -> bool:
+    """Whether one of ``lines`` was built from ``template`` (by anyone): the same words around another word."""
+    pattern = re.compile(
+        _PLACEHOLDER.sub(".+?", re.escape(template).replace(r"\{", "{").replace(r"\}", "}")), re.IGNORECASE
+    )
+    return any(pattern.fullmatch(line) for line in lines)
