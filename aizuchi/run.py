@@ -22,6 +22,7 @@ import aiohttp
 
 from aizuchi.errors import FleetError, FleetStopped, SetupError
 from aizuchi.fleet import Cast, cast_personas, offline_notice, open_fleet
+from aizuchi.keys import check_keys
 from aizuchi.logs import acting_as
 from arbiter.core.errors import StorageError
 from arbiter.server import open_arbiter, serving
@@ -196,6 +197,8 @@ async def run_bots(
     """The personas' Discord bots, talking to an arbiter elsewhere (AIZUCHI_ARBITER_URL), until cancelled or
     every one of them has stopped for good."""
     cast = cast_personas(bots, env, only)
+    if bots.check_keys:
+        await check_keys(cast, env)
     configured = {pid: token.get_secret_value() for pid, token in bots.persona_tokens.items()}
     tokens, _ = _tokens(cast.personas, configured, may_generate=False)
     discord_tokens = _discord_tokens(cast.personas, env)
@@ -312,6 +315,8 @@ async def run_room(settings: ArbiterSettings, bots: BotsSettings, env: Mapping[s
             f"the local room has no login, so it only listens on a loopback address; ARBITER_HOST is {settings.host}"
         )
     cast = cast_personas(bots, env)
+    if bots.check_keys:
+        await check_keys(cast, env)
     configured = {pid: token.get_secret_value() for pid, token in settings.persona_tokens.items()}
     tokens, generated = _tokens(cast.personas, configured, may_generate=True)
     notice = offline_notice(cast)
@@ -361,6 +366,8 @@ async def run_all(
         await run_room(settings, bots, env)
         return
     cast = cast_personas(bots, env)
+    if bots.check_keys:
+        await check_keys(cast, env)
     configured = {pid: token.get_secret_value() for pid, token in settings.persona_tokens.items()}
     tokens, generated = _tokens(cast.personas, configured, may_generate=True)
     discord_tokens = _discord_tokens(cast.personas, env)

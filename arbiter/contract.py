@@ -380,14 +380,23 @@ class UsageReport(_In):
 Color = Annotated[str, StringConstraints(pattern=r"^#[0-9a-fA-F]{6}$")]
 
 
+Reason = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=300), NoNul]
+
+
 class PersonaRegistration(_In):
-    """How a persona presents itself: names people may call it by, its colour, its account on the platform."""
+    """How a persona presents itself: names people may call it by, its colour, its account on the platform; and,
+    when it cannot speak anywhere, why."""
 
     display_name: Name
     aliases: list[Name] = Field(default_factory=list, max_length=10)
     color: Color | None = Field(None, description="its colour in the local room, #rrggbb")
     platform_user_id: PlatformId | None = Field(
         None, description="its account on the chat platform, e.g. a Discord user id"
+    )
+    cannot_speak: Reason | None = Field(
+        None,
+        description="why it cannot speak anywhere until it is restarted (its model refused its key), or null;"
+        " nobody's message addresses it meanwhile",
     )
 
 
@@ -635,6 +644,7 @@ class PersonaInfoView(_Out):
     aliases: list[str] = Field(default_factory=list)
     color: str | None = None
     platform_user_id: str | None = None
+    cannot_speak: str | None = Field(None, description="why it cannot speak anywhere (as it registered), or null")
 
 
 class PersonaList(_Out):

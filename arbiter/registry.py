@@ -54,9 +54,11 @@ class PersonaRegistry:
         return {pid: self.name(pid) for pid in self.ids}
 
     def names(self) -> dict[str, tuple[str, ...]]:
-        """Every persona's names (display name and aliases; none until it registers): who a message addresses."""
+        """Every persona's names (display name and aliases; none until it registers): who a message addresses. One
+        that cannot speak is left out, so nobody's message addresses it and the others answer at once."""
         infos = self._infos  # one snapshot for the whole answer
-        return {pid: infos[pid].names if pid in infos else () for pid in self.ids}
+        speaking = (pid for pid in self.ids if pid not in infos or infos[pid].cannot_speak is None)
+        return {pid: infos[pid].names if pid in infos else () for pid in speaking}
 
     def persona_of_platform_user(self, platform_user_id: str) -> str | None:
         """The persona whose platform account this is, if any."""
@@ -75,6 +77,12 @@ class PersonaRegistry:
     def on_event(self, event: Event) -> None:
         """Keep current, also when another arbiter process registered the persona."""
         if isinstance(event, PersonaEvent):
-            self.update(
-                [PersonaInfo(event.id, event.display_name, tuple(event.aliases), event.color, event.platform_user_id)]
+            info = PersonaInfo(
+                event.id,
+                event.display_name,
+                tuple(event.aliases),
+                event.color,
+                event.platform_user_id,
+                event.cannot_speak,
             )
+            self.update([info])

@@ -243,11 +243,13 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
         *,
         color: str | None = None,
         platform_user_id: str | None = None,
+        cannot_speak: str | None = None,
     ) -> None:
         """Remember how a persona presents itself: its names (messages that name it give it the floor), its
-        colour (the local room) and its platform account (its own messages there are recognised)."""
+        colour (the local room), its platform account (its own messages there are recognised), and why it cannot
+        speak, if it cannot (then no message addresses it, and the room and the moderators see why)."""
         self.registry.require(persona_id)
-        info = PersonaInfo(persona_id, display_name, tuple(aliases), color, platform_user_id)
+        info = PersonaInfo(persona_id, display_name, tuple(aliases), color, platform_user_id, cannot_speak)
 
         def step(tx: WriteTx) -> None:
             tx.require_lock()

@@ -105,6 +105,7 @@ def persona_view(info: PersonaInfo, *, kind: wire.MemberKind = "persona") -> wir
         aliases=list(info.aliases),
         color=info.color,
         platform_user_id=info.platform_user_id,
+        cannot_speak=info.cannot_speak,
     )
 
 

@@ -25,7 +25,16 @@ from arbiter import contract as wire
 from arbiter.contract import Tier
 from bots.errors import ArbiterRejected, BotError, PostFailed
 from bots.follower import StreamFollower
-from bots.llm.base import DecisionRequest, DecisionResult, LLMBadOutput, LLMError, LLMRateLimited, LLMTimeout, Usage
+from bots.llm.base import (
+    DecisionRequest,
+    DecisionResult,
+    LLMAuthError,
+    LLMBadOutput,
+    LLMError,
+    LLMRateLimited,
+    LLMTimeout,
+    Usage,
+)
 from bots.llm.tool_rounds import DEFAULT_ROUNDS, decide_with_tools
 from bots.memory import MEMORY_SCHEMA, fit_state
 from bots.planner import anchor, plan_turn, refused_outright
@@ -62,6 +71,9 @@ _UNUSED_EVENTS: tuple[wire.EventType, ...] = ("level",)
 # A claim that ends with its cost back in the pool at once, before any retry planned for a refund (and, for an asked
 # persona, perhaps its floor: a second pass, a post the platform refused).
 _GIVEN_BACK = (wire.SpendState.RELEASED, wire.SpendState.RETRACTED, wire.SpendState.CLEARED)
+# Why a persona cannot speak, as it tells the arbiter: within what a channel's standing holds.
+_REASON_CHARS = 200
+_FIX_KEY = "; put a valid key in .env and start again"
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +170,10 @@ def _addressing(persona_id: str, window: list[wire.MessageView]) -> int | None:
     return next((m.seq for m in reversed(window) if persona_id in m.addressed), None)
 
 
+def _shortened(text: str, most: int) -> str:
+    return text if len(text) <= most else text[: most - 1].rstrip() + "…"
+
+
 def _keep_last(messages: list[wire.MessageView], message: wire.MessageView, most: int) -> None:
     messages.append(message)
     if len(messages) > most:
@@ -230,17 +246,23 @@ class PersonaRuntime:
         self.closed = False  # stopped: it takes part nowhere any more
         self._errors_in_a_row = 0
         self._backoff_until = 0.0
+        self.cannot_speak: str | None = None  # why it stopped calling its model for good (its key was refused)
 
     async def start(self) -> None:
         """Tell the arbiter how the persona presents itself: its names (people who name it give it the floor),
-        its colour, and its account on the platform (so its own posts there are recognised)."""
+        its colour, its account on the platform (so its own posts there are recognised), and whether it can speak."""
         registration = wire.PersonaRegistration(
             display_name=self.persona.display_name,
             aliases=self.persona.aliases,
             color=self.persona.color,
             platform_user_id=self.platform.user_id,
+            cannot_speak=self.cannot_speak,
         )
         await self.arbiter.register(self.persona.id, registration)
+
+    def cannot_post(self, channel_id: str) -> str | None:
+        """Why it cannot post in ``channel_id`` now (its model refused its key; the platform refuses it), or None."""
+        return self.cannot_speak or self.platform.cannot_post(channel_id)
 
     def join(self, channel_id: str) -> ChannelWorker:
         worker = self._workers.get(channel_id)
@@ -282,6 +304,21 @@ class PersonaRuntime:
 
     def provider_ok(self) -> None:
         self._errors_in_a_row = 0
+
+    async def stop_calling(self, error: LLMAuthError) -> None:
+        """Its model refused its key: no call does better until the key is changed and the persona starts again. It
+        says so once, and tells the arbiter, which addresses nobody's message to it meanwhile and shows why."""
+        if self.cannot_speak is not None:
+            return
+        self.stats.provider_errors += 1
+        self.cannot_speak = _shortened(error.message, _REASON_CHARS - len(_FIX_KEY)) + _FIX_KEY
+        _log.error("persona=%s stops calling its model: %s%s", self.persona.id, error, _FIX_KEY)
+        try:
+            await self.start()
+        except BotError as failed:
+            _log.warning("persona=%s: could not tell the arbiter it cannot speak: %s", self.persona.id, failed)
+        for worker in self._workers.values():
+            worker.wake()  # each tells its channel, handing back any floor it has there
 
 
 class ChannelWorker:
@@ -453,7 +490,7 @@ class ChannelWorker:
             if self._arrival is not None:
                 self._arrival.set()
                 self._arrival = None
-            if self.runtime.platform.cannot_post(self.channel_id) is not None:
+            if self.runtime.cannot_post(self.channel_id) is not None:
                 self.wake()  # the arbiter learns it before anyone asks this persona something here
 
     async def _current_status(self) -> wire.StatusView:
@@ -570,7 +607,7 @@ class ChannelWorker:
             due = self.runtime.clock() + pause
             await self.runtime.sleep(pause)
             self._woken = False  # whatever arrived during the pause is in the window now
-            cannot_post = self.runtime.platform.cannot_post(self.channel_id)
+            cannot_post = self.runtime.cannot_post(self.channel_id)
             await self._keep_standing(cannot_post)
             if cannot_post is not None:
                 self.answered = self.last_seq  # the platform said why (once); nothing to do until that changes
@@ -955,7 +992,7 @@ class ChannelWorker:
             with contextlib.suppress(BotError):
                 await runtime.arbiter.retract(self.channel_id, seq)
             # Refused for want of a permission: the floor opens for the others at once.
-            await self._keep_standing(runtime.platform.cannot_post(self.channel_id))
+            await self._keep_standing(runtime.cannot_post(self.channel_id))
             return True  # granted: the answer was given, though the platform lost it
         runtime.stats.posted[str(tier)] += 1
         with contextlib.suppress(BotError):
@@ -1073,9 +1110,13 @@ class ChannelWorker:
             )
 
     async def _provider_failed(self, error: LLMError) -> None:
-        """Back off; what the failed call spent (if the API answered at all) still counts."""
+        """Back off, or stop calling for good when the key was refused; what the failed call spent (if the API
+        answered at all) still counts."""
         self.runtime.stats.count_usage(error.usage)
-        self.runtime.provider_failed(error)
+        if isinstance(error, LLMAuthError):
+            await self.runtime.stop_calling(error)
+        else:
+            self.runtime.provider_failed(error)
         await self._report_usage(error.usage)
 
     async def _provider_answered(self, usage: Usage) -> None:

@@ -55,6 +55,11 @@ class BotsSettings(BaseSettings):
         description="the personas' bearer tokens for the arbiter (the same variable the arbiter reads)",
     )
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
+    check_keys: bool = Field(
+        True,
+        description="at start, check each model key once against its API (listing models: no tokens spent) and stop "
+        "with one line if one is refused; false starts without asking (offline)",
+    )
     # Local models. The built-in profiles `ollama` and `local` read these four by name (their base_url_env and
     # model_env, as a profile reads its key from api_key_env); they are declared here so that they are documented
     # and checked with the other settings. Unset: the profile's own value (profiles.toml, or the built-in's).

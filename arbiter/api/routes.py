@@ -245,7 +245,12 @@ async def _register(call: Call) -> None:
     body: wire.PersonaRegistration = call.body
     assert call.persona is not None
     await call.service.register_persona(
-        call.persona, body.display_name, body.aliases, color=body.color, platform_user_id=body.platform_user_id
+        call.persona,
+        body.display_name,
+        body.aliases,
+        color=body.color,
+        platform_user_id=body.platform_user_id,
+        cannot_speak=body.cannot_speak,
     )
 
 

@@ -225,6 +225,7 @@ class PersonaInfo:
     aliases: tuple[str, ...] = ()
     color: str | None = None
     platform_user_id: str | None = None  # its account on the chat platform (a Discord user id)
+    cannot_speak: str | None = None  # why it cannot speak anywhere (its model refused its key)
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -45,6 +45,10 @@ def status_text(status: StatusView, settings: SettingsView, personas: PersonaLis
     lines.append("Personas: " + (", ".join(marks[False]) if marks[False] else "none"))
     if marks[True]:
         lines.append("Agents (MCP): " + ", ".join(marks[True]))
+    # Said by the persona for every channel at once: its model refused its key, say.
+    silent = [f"{info.display_name}: {info.cannot_speak}" for info in personas.personas if info.cannot_speak]
+    if silent:
+        lines.append("Cannot speak anywhere: " + "; ".join(silent))
     if status.topic:
         lines.append(f"Topic: {status.topic}")
     return "\n".join(lines)

@@ -687,6 +687,7 @@ def upsert_persona(conn: Connection, info: PersonaInfo, now: float) -> None:
         "aliases": list(info.aliases),
         "color": info.color,
         "platform_user_id": info.platform_user_id,
+        "cannot_speak": info.cannot_speak,
         "updated_at": now,
     }
     statement = _upsert(conn, personas).values(id=info.id, **values)
@@ -702,6 +703,7 @@ def persona_infos(conn: Connection) -> list[PersonaInfo]:
             aliases=tuple(row.aliases),
             color=row.color,
             platform_user_id=row.platform_user_id,
+            cannot_speak=row.cannot_speak,
         )
         for row in rows
     ]

@@ -127,7 +127,8 @@ class UsageRow(Base):
 
 class PersonaRow(Base):
     """How a persona registered: its names (so the arbiter can tell when a message addresses it), its colour
-    (for the local room) and its account on the chat platform (so its messages there are recognised)."""
+    (for the local room), its account on the chat platform (so its messages there are recognised), and why it
+    cannot speak, if it said so."""
 
     __tablename__ = "personas"
 
@@ -137,6 +138,7 @@ class PersonaRow(Base):
     updated_at: Mapped[float]
     color: Mapped[str | None] = mapped_column(String(7))
     platform_user_id: Mapped[str | None] = mapped_column(String(64))
+    cannot_speak: Mapped[str | None] = mapped_column(String(300))
 
 
 class MemoryRow(Base):

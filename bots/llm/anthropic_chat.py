@@ -87,6 +87,14 @@ class AnthropicChat(ChatProvider):
     async def aclose(self) -> None:
         await self._client.close()
 
+    async def check_key(self, timeout_s: float) -> None:
+        # Listing models is the cheapest call the key must be good for; it costs no tokens.
+        try:
+            await self._client.models.list(limit=1, timeout=timeout_s)
+        except anthropic.AnthropicError as err:
+            error = _translate(err)
+            raise (self.profile.refused(error) if isinstance(error, LLMAuthError) else error) from err
+
     async def complete(self, request: CompletionRequest) -> Completion:
         params = self._params(request.system, request.turns, request.max_tokens)
         if request.tools:
@@ -142,6 +150,8 @@ class AnthropicChat(ChatProvider):
             return await self._client.messages.create(**params, timeout=timeout_s)
         except anthropic.AnthropicError as err:
             error = _translate(err)
+            if isinstance(error, LLMAuthError):
+                raise self.profile.refused(error) from err  # said once, by the persona that stops calling
             _log.warning("anthropic call failed model=%s error=%s: %s", self.profile.model, type(error).__name__, error)
             raise error from err
         except json.JSONDecodeError as err:

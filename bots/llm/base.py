@@ -23,6 +23,7 @@ import asyncio
 import json
 import logging
 import math
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -346,6 +347,10 @@ def should_retry_from_headers(headers: Mapping[str, str] | None) -> bool | None:
     return None
 
 
+# What a server quotes of a key it refused ("Incorrect API key provided: sk-proj-****SJh4."): not for the logs.
+_QUOTED_KEY = re.compile(r"[^\s:]*\*{3,}[^\s.,]*")
+
+
 def error_for_status(status: int, detail: str, headers: Mapping[str, str] | None) -> LLMError:
     """Our error for an HTTP error status, the same for every provider: what the runtime does next (back off,
     give up, fix the settings) depends on the status alone."""
@@ -357,7 +362,7 @@ def error_for_status(status: int, detail: str, headers: Mapping[str, str] | None
     if status == 429:
         return LLMRateLimited(detail, **hints)
     if status in (401, 403):
-        return LLMAuthError(detail, **hints)
+        return LLMAuthError(_QUOTED_KEY.sub("[the key]", detail), **hints)
     if status == 408:
         return LLMTimeout(detail, **hints)
     if status == 409 or status >= 500:
@@ -558,6 +563,10 @@ class ChatProvider(ABC):
                 usage=completion.usage,
             )
         return DecisionResult(parse_decision(call.arguments, request, completion.usage), completion.usage)
+
+    async def check_key(self, timeout_s: float) -> None:  # noqa: B027 - a provider without a key has none to check
+        """Raise LLMAuthError (naming the variable) if the API refuses the provider's key, by the cheapest call that
+        needs one; any other LLMError when the API could not say within ``timeout_s``."""
 
     async def aclose(self) -> None:  # noqa: B027 - a provider without resources has nothing to close
         """Release the provider's client. Safe to call twice."""

@@ -111,6 +111,13 @@ class ProviderProfile(BaseModel):
             raise ValueError("an anthropic profile needs api_key_env (the variable holding the key)")
         return self
 
+    def refused(self, error: LLMAuthError) -> LLMAuthError:
+        """``error`` (the API refused a call's credentials) saying which profile and which variable's key it was."""
+        what = f"the key in {self.api_key_env}" if self.api_key_env else "a call without a key"
+        return LLMAuthError(
+            f"the API refused {what} (profile {self.name!r}): {error.message}", usage=error.usage, status=error.status
+        )
+
 
 BUILTIN_PROFILES: dict[str, ProviderProfile] = {
     "scripted": ProviderProfile(name="scripted", provider="scripted"),

@@ -48,3 +48,7 @@ def test_another_process_registering_a_persona_reaches_this_registry() -> None:
     registry.on_event(PersonaEvent(id="rin", display_name="Rin", aliases=["R"], platform_user_id="9"))
     assert registry.names() == {"rin": ("Rin", "R")}
     assert registry.persona_of_platform_user("9") == "rin"
+    # It says, through another process, that it cannot speak: nobody's message addresses it there either.
+    registry.on_event(PersonaEvent(id="rin", display_name="Rin", aliases=["R"], cannot_speak="its key was refused"))
+    assert registry.names() == {}
+    assert registry.info("rin").cannot_speak == "its key was refused"

@@ -12,18 +12,20 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import pytest
 
 from arbiter.contract import AuthorKind, Tier
-from bots.llm import create_provider
+from bots.llm import ScriptedProvider, create_provider
 from bots.tool_loop import ToolLoopRuntime
 from tests.bots.conftest import CHANNEL
 from tests.support.fleet import FAST, RecordingProvider, eventually, make_persona
 from tests.support.llm_server import (
     FAKE_KEY,
     FAKE_KEY_ENV,
+    FakeLLMServer,
     decision_reply,
     delayed,
     error,
@@ -36,7 +38,7 @@ from tests.support.llm_server import (
 if TYPE_CHECKING:
     from bots.runtime import PersonaRuntime
     from tests.support.fleet import Live
-    from tests.support.llm_server import FakeLLMServer, Reply
+    from tests.support.llm_server import Reply
 
 Api = Literal["anthropic", "openai"]
 APIS = ["anthropic", "openai"]
@@ -345,3 +347,41 @@ async def test_an_answer_that_comes_after_the_conversation_moved_on_is_not_poste
     assert [(m.seq > moved_on, m.text) for m in history if m.author_id == "aoi"] == [(True, fresh)]
     assert (runtime.stats.overtaken, runtime.stats.wasted) == (1, 0)
     await check_nothing_held(live)
+
+
+# --- a key the API refuses ------------------------------------------------------------------------------
+
+
+async def test_a_refused_key_stops_the_persona_says_why_once_and_the_others_answer_at_once(
+    live: Live, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A floor held a minute: the others answer within seconds only because the persona hands it back.
+    await live.channel("porch", priority_window_s=60.0)
+    async with FakeLLMServer(keys=["not-the-key-in-the-env"]) as llm:
+        provider = create_provider(fake_profile(llm, "openai", max_retries=0), {FAKE_KEY_ENV: FAKE_KEY})
+        aoi = await live.start(make_persona("aoi"), provider, "porch")
+        ben = make_persona("ben", talkativeness=1.0, extraversion=1.0, agreeableness=1.0)
+        await live.start(ben, RecordingProvider(ScriptedProvider.for_persona(ben, seed=3)), "porch", seed=3)
+
+        with caplog.at_level(logging.INFO):
+            asked = await live.say("porch", "Aoi, what's 17 times 3?")
+            await eventually(lambda: _spoken_after(live, "porch", asked, "ben"), within=10.0, what="ben answers")
+            again = await live.say("porch", "Aoi, are you there?")
+            await eventually(lambda: _spoken_after(live, "porch", again, "ben"), within=10.0, what="ben again")
+            await live.settled("porch")
+
+    assert len(llm.requests) == 1  # it stopped calling after the refusal
+    said = [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR]
+    assert len(said) == 1, said
+    assert f"the API refused the key in {FAKE_KEY_ENV} (profile 'fake-openai')" in said[0]
+    assert FAKE_KEY not in caplog.text and FAKE_KEY[-4:] not in caplog.text
+    # The arbiter knows, and shows why: nobody's message waits on it, and "Aoi, ..." addresses nobody now.
+    [info] = [p for p in live.service.registry.views().personas if p.id == "aoi"]
+    assert info.cannot_speak is not None and info.cannot_speak.startswith(f"the API refused the key in {FAKE_KEY_ENV}")
+    assert info.cannot_speak.endswith("put a valid key in .env and start again")
+    assert [m.addressed for m in await live.history("porch") if m.seq == again] == [[]]
+    assert aoi.cannot_speak == info.cannot_speak
+
+
+async def _spoken_after(live: Live, channel: str, seq: int, persona_id: str) -> bool:
+    return any(m.seq > seq and m.author_id == persona_id for m in await live.history(channel))

@@ -230,6 +230,15 @@ async def test_status_says_when_the_fleet_is_paused_and_without_a_budget(
     assert f"`{'█' * 20}` 100 / 100" in text
 
 
+async def test_status_names_a_persona_that_cannot_speak_and_why(arbiter: Arbiter, world: World, lounge: str) -> None:
+    reason = "the API refused the key in ANTHROPIC_API_KEY (profile 'anthropic'): Anthropic API 401: invalid x-api-key"
+    await arbiter.service.register_persona("hana", "Hana", cannot_speak=reason)
+
+    text = (await run(world, world.mod, "status")).content or ""
+
+    assert f"Cannot speak anywhere: Hana: {reason}" in text
+
+
 async def test_status_in_a_channel_without_the_fleet_says_how_to_enable_it(arbiter: Arbiter, world: World) -> None:
     result = await run(world, world.mod, "status")
 

@@ -95,6 +95,21 @@ request it reads and the shapes it answers, middleware/openai.go and server/rout
 - ``response_format`` ``json_schema`` is Ollama's ``format``: the answer follows the schema (the test scripts it).
   The key is ignored (the SDK's placeholder is fine); the answer carries ``"system_fingerprint": "fp_ollama"``.
 
+Keys and model lists (``FakeLLMServer(keys=[...])``: only those keys are good; without, any key is):
+
+- A request with another key (or none) is refused with a 401 on every endpoint, in the API's shape. Anthropic
+  reads ``x-api-key`` (or a bearer token) and answers ``{"type": "error", "error": {"type":
+  "authentication_error", "message": "invalid x-api-key"}, "request_id": ...}`` (as quoted in many public issues,
+  e.g. github.com/anthropics/claude-quickstarts/issues/193). OpenAI reads the bearer token and answers
+  ``{"error": {"message": "Incorrect API key provided: sk-pr****...SJh4. You can find your API key at
+  https://platform.openai.com/account/api-keys.", "type": "invalid_request_error", "param": null, "code":
+  "invalid_api_key"}}``, quoting the key masked (as quoted in public issues, e.g.
+  github.com/chatanywhere/GPT_API_free/issues/62).
+- ``GET /v1/models`` (both APIs share the path; Anthropic's SDK sends ``anthropic-version``) lists the models in
+  the API's shape: Anthropic's ``{"data": [{"type": "model", "id", "display_name", "created_at", ...}],
+  "has_more", "first_id", "last_id"}`` (platform.claude.com/docs/en/api/models-list), OpenAI's ``{"object":
+  "list", "data": [{"id", "object": "model", "created", "owned_by"}]}``. These requests are kept apart, in
+  ``key_checks``, so that ``requests`` holds the model calls alone.
 """
 
 from __future__ import annotations
@@ -613,6 +628,8 @@ class FakeLLMServer:
 
     ``ollama=[model, ...]``: the OpenAI endpoints answer as Ollama does with those models pulled (see the module
     docstring); ``ignored`` lists the request fields Ollama would have dropped without a word.
+
+    ``keys=[...]``: the only keys it takes; any other is refused with a 401, as the API refuses it.
     """
 
     def __init__(
@@ -620,8 +637,11 @@ class FakeLLMServer:
         *replies: Reply,
         lenient: bool = False,
         ollama: Iterable[str] | None = None,
+        keys: Iterable[str] | None = None,
     ) -> None:
         self._replies: deque[Reply] = deque(replies)
+        self.keys = None if keys is None else frozenset(keys)
+        self.key_checks: list[RecordedRequest] = []
         self.lenient = lenient
         self.ollama = None if ollama is None else frozenset(_ollama_name(model) for model in ollama)
         self.requests: list[RecordedRequest] = []
@@ -687,6 +707,8 @@ class FakeLLMServer:
 
     async def _anthropic(self, request: web.Request) -> web.StreamResponse:
         body = await self._record(request, "anthropic")
+        if (refused := self._refused_key(request, "anthropic")) is not None:
+            return refused
         try:
             _check_anthropic(body)
         except _Refused as refused:
@@ -715,10 +737,23 @@ class FakeLLMServer:
         return web.json_response(message)
 
     async def _models(self, request: web.Request) -> web.StreamResponse:
-        if self.ollama is None:
+        api: Api = "anthropic" if "anthropic-version" in request.headers else "openai"
+        self.key_checks.append(RecordedRequest(api, request.path, dict(request.headers), None))
+        if (refused := self._refused_key(request, api)) is not None:
+            return refused
+        if api == "anthropic":
+            made = "2026-10-01T00:00:00Z"
+            models = [
+                {"type": "model", "id": name, "display_name": name, "created_at": made, "lifecycle": "active"}
+                for name in CLAUDE_MODELS
+            ]
             return web.json_response(
-                {"error": {"message": "fake LLM server: models are listed as Ollama only"}}, status=404
+                {"data": models, "has_more": False, "first_id": models[0]["id"], "last_id": models[-1]["id"]}
             )
+        if self.ollama is None:
+            listed = [name for name, model in GPT_MODELS.items() if model is not None and name[-1] not in "-."]
+            owned = [{"id": name, "object": "model", "created": 1_785_000_000, "owned_by": "openai"} for name in listed]
+            return web.json_response({"object": "list", "data": owned})
         # Ollama answers "data": null when nothing is pulled (a nil slice in Go).
         models = [_ollama_model(name) for name in sorted(self.ollama)] or None
         return web.json_response({"object": "list", "data": models})
@@ -731,6 +766,8 @@ class FakeLLMServer:
 
     async def _openai(self, request: web.Request) -> web.StreamResponse:
         body = await self._record(request, "openai")
+        if (refused := self._refused_key(request, "openai")) is not None:
+            return refused
         try:
             if self.ollama is not None:
                 self.ignored.extend(_check_ollama(body, self.ollama))
@@ -788,6 +825,28 @@ class FakeLLMServer:
             body = await request.text()
         self.requests.append(RecordedRequest(api, request.path, dict(request.headers), body))
         return body
+
+    def _refused_key(self, request: web.Request, api: Api) -> web.Response | None:
+        """A 401 as the API answers a key it does not take; None when the key is good (or any key is)."""
+        if self.keys is None or self.ollama is not None:
+            return None
+        if api == "anthropic":
+            # The SDK sends the key as x-api-key, or (its newer versions) as a bearer token.
+            key = request.headers.get("x-api-key") or request.headers.get("authorization", "").removeprefix("Bearer ")
+            if key in self.keys:
+                return None
+            error = {"type": "authentication_error", "message": "invalid x-api-key"}
+            return web.json_response({"type": "error", "error": error, "request_id": self._id("req")}, status=401)
+        key = request.headers.get("authorization", "").removeprefix("Bearer ")
+        if key in self.keys:
+            return None
+        masked = f"{key[:6]}{'*' * max(0, len(key) - 10)}{key[-4:]}"
+        message = (
+            f"Incorrect API key provided: {masked}. You can find your API key at"
+            " https://platform.openai.com/account/api-keys."
+        )
+        error = {"message": message, "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}
+        return web.json_response({"error": error}, status=401)
 
     def _ollama_error(self, status: int, message: str) -> web.Response:
         kind = {400: "invalid_request_error", 404: "not_found_error"}.get(status, "api_error")

@@ -400,6 +400,8 @@
 
   function activityOf(personaId) {
     if (state.connection === "lost") return "unknown";
+    const persona = state.personas.get(personaId);
+    if (persona && persona.cannot_speak) return "stopped";
     const entry = state.activity.get(personaId);
     if (entry && entry.until > Date.now()) return entry.what;
     const held = heldReason(personaId);
@@ -548,6 +550,15 @@
     showGauge();
   }
 
+  // A persona that said it cannot speak at all (its model refused its key): who, and what to change, as it said.
+  function showCannotSpeak() {
+    const lines = [...state.personas.values()]
+      .filter((persona) => persona.cannot_speak)
+      .map((persona) => `${persona.display_name} cannot speak: ${persona.cannot_speak}.`);
+    $("cannot-speak").hidden = !lines.length;
+    $("cannot-speak-text").textContent = lines.join(" ");
+  }
+
   function showNotice(notice) {
     const hidden = notice && sessionStorage.getItem(NOTICE_KEY) === notice;
     $("notice").hidden = !notice || hidden;
@@ -565,6 +576,7 @@
     state.memories = new Map((room.memories || []).map((memory) => [memory.persona, memory]));
     applySettings(room.settings);
     showNotice(room.notice);
+    showCannotSpeak();
     recolorMessages();
     showPersonas();
     showMemories();

@@ -826,11 +826,28 @@ async def test_personas_list_how_each_registered(api: Api) -> None:
     body = {"display_name": "Hana", "aliases": ["はな"], "color": "#f08a24", "platform_user_id": "9001"}
     await api.call("PUT", "/v1/personas/hana", "hana", json=body, expect=204)
     listed = await api.call("GET", "/v1/personas", "kai")
+    unregistered = {"aliases": [], "color": None, "platform_user_id": None, "cannot_speak": None}
     assert listed["personas"] == [
-        {"id": "hana", "kind": "persona", **{**body, "aliases": ["はな"]}},
-        {"id": "kai", "kind": "persona", "display_name": "kai", "aliases": [], "color": None, "platform_user_id": None},
-        {"id": "mio", "kind": "persona", "display_name": "mio", "aliases": [], "color": None, "platform_user_id": None},
+        {"id": "hana", "kind": "persona", **body, "cannot_speak": None},
+        {"id": "kai", "kind": "persona", "display_name": "kai", **unregistered},
+        {"id": "mio", "kind": "persona", "display_name": "mio", **unregistered},
     ]
+
+
+async def test_a_persona_that_cannot_speak_says_why_and_is_addressed_by_nobody_until_it_registers_again(
+    api: Api,
+) -> None:
+    why = "the API refused the key in ANTHROPIC_API_KEY (profile 'anthropic')"
+    await api.call("PUT", "/v1/personas/kai", "kai", json={"display_name": "Kai", "cannot_speak": why}, expect=204)
+    await api.observe("Kai, are you there?")
+    listed = await api.call("GET", "/v1/personas", "mio")
+    assert [p["cannot_speak"] for p in listed["personas"] if p["id"] == "kai"] == [why]
+
+    await api.call("PUT", "/v1/personas/kai", "kai", json={"display_name": "Kai"}, expect=204)  # started again
+    await api.observe("Kai, now?")
+    assert [m["addressed"] for m in (await api.history())["messages"]] == [[], ["kai"]]
+    too_long = {"display_name": "Kai", "cannot_speak": "x" * 301}
+    await api.call("PUT", "/v1/personas/kai", "kai", json=too_long, expect=422)
 
 
 async def test_a_personas_own_post_seen_on_the_platform_links_to_its_grant(api: Api) -> None:

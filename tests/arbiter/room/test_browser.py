@@ -695,6 +695,28 @@ async def test_the_room_says_why_the_personas_are_quiet(browser: Browser, sqlite
         assert problems == []
 
 
+async def test_the_room_names_a_persona_whose_key_was_refused(browser: Browser, sqlite_url: str) -> None:
+    # It cannot speak until it is restarted with a good key: the room says who, and what to fix.
+    async with room_server(sqlite_url) as room:
+        service = room.arbiter.service
+        page = await new_page(browser)
+        problems = watch_problems(page)
+        await open_room(page, room.url + "/room/lobby")
+        banner = page.locator("#cannot-speak")
+        assert await banner.is_hidden()
+        reason = (
+            "the API refused the key in ANTHROPIC_API_KEY (profile 'anthropic'): Anthropic API 401: invalid x-api-key;"
+            " put a valid key in .env and start again"
+        )
+        await service.register_persona("rin", "Rin", cannot_speak=reason)
+        await service.set_persona("lobby", "rin", muted=False)  # a change the page hears, and reads the state after
+        await banner.filter(has_text=f"Rin cannot speak: {reason}.").wait_for()
+        assert await banner.get_attribute("role") == "alert"
+        await page.locator("#personas [data-persona='rin'][data-activity='stopped']").wait_for()
+        await page.close()
+        assert problems == []
+
+
 # --- loading, outages, a dropped stream --------------------------------------------------------------------
 
 

@@ -33,6 +33,7 @@ from bots.memory import MEMORY_SCHEMA
 from tests.support.llm_server import (
     FAKE_KEY,
     FAKE_KEY_ENV,
+    FakeLLMServer,
     decision_reply,
     delayed,
     error,
@@ -44,7 +45,6 @@ from tests.support.llm_server import (
 
 if TYPE_CHECKING:
     from tests.bots.llm.conftest import MakeProvider
-    from tests.support.llm_server import FakeLLMServer
 
 # (provider, structured_output): every way an SDK adapter produces a decision.
 FLAVOURS = [
@@ -341,6 +341,43 @@ async def test_a_rejected_key_is_an_auth_error_without_retries(
 
     assert caught.value.status == status
     assert len(llm_server.requests) == 1
+
+
+@pytest.mark.parametrize("api", PROVIDERS)
+async def test_a_key_the_api_refuses_is_named_by_its_variable_and_profile_never_quoted(api: str) -> None:
+    # The server answers as the API does for a wrong key (OpenAI quotes the key masked): the error says which
+    # variable and which profile, and nothing of the key, masked or not.
+    async with FakeLLMServer(keys=["the-good-key"]) as server:
+        provider = create_provider(fake_profile(server, api), {FAKE_KEY_ENV: FAKE_KEY})
+        try:
+            with pytest.raises(LLMAuthError) as decided:
+                await provider.decide(ASK)
+            with pytest.raises(LLMAuthError) as checked:
+                await provider.check_key(2.0)
+        finally:
+            await provider.aclose()
+
+    for caught in (decided, checked):
+        message = str(caught.value)
+        assert message.startswith(f"the API refused the key in {FAKE_KEY_ENV} (profile 'fake-{api}'): "), message
+        assert caught.value.status == 401
+        assert FAKE_KEY[-4:] not in message and FAKE_KEY[:6] not in message and "***" not in message, message
+    assert len(server.requests) == 1  # no retry of a refused key
+    assert [check.api for check in server.key_checks] == [api]
+
+
+@pytest.mark.parametrize("api", PROVIDERS)
+async def test_a_good_key_passes_the_check_by_listing_models_and_spends_nothing(api: str) -> None:
+    async with FakeLLMServer(keys=[FAKE_KEY]) as server:
+        provider = create_provider(fake_profile(server, api), {FAKE_KEY_ENV: FAKE_KEY})
+        try:
+            await provider.check_key(2.0)
+        finally:
+            await provider.aclose()
+
+    assert server.requests == []  # no model call
+    [check] = server.key_checks
+    assert (check.api, check.path) == (api, "/v1/models")
 
 
 @pytest.mark.parametrize("api", PROVIDERS)
