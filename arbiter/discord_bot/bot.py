@@ -43,7 +43,7 @@ def arbiter_intents() -> discord.Intents:
     intents = discord.Intents.none()
     intents.guilds = True
     intents.guild_messages = True
-    intents.message_content = True  # privileged: the history needs what people said (see the README)
+    intents.message_content = True  # privileged: the history needs what people said (see docs/discord.md)
     return intents
 
 
@@ -84,7 +84,7 @@ class ArbiterBot(discord.AutoShardedClient):
             except (discord.Forbidden, discord.NotFound) as error:
                 raise CommandSyncRefused(
                     f"Discord refused the slash commands ({error.status} {error.text}): invite the arbiter's bot "
-                    "with the applications.commands scope (the README's invite URL)"
+                    "with the applications.commands scope (run aizuchi discord check for its invite URL)"
                 ) from error
             return
         for guild_id in self._guilds:
@@ -96,7 +96,7 @@ class ArbiterBot(discord.AutoShardedClient):
                 raise CommandSyncRefused(
                     f"Discord refused the slash commands in server {guild_id} ({error.status} {error.text}): the "
                     "arbiter's bot is not in that server, or was invited without the applications.commands scope;"
-                    " check ARBITER_DISCORD_GUILDS and invite it with the README's URL"
+                    " check ARBITER_DISCORD_GUILDS, and run aizuchi discord check for its invite URL"
                 ) from error
 
     async def on_ready(self) -> None:

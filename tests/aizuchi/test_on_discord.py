@@ -98,7 +98,7 @@ async def test_a_discord_setup_mistake_is_one_line_and_a_failing_status(
         " ARBITER_DISCORD_TOKEN",
         "guild-without-the-bot": f"aizuchi: Discord refused the slash commands in server {other.id} (403 Missing"
         " Access): the arbiter's bot is not in that server, or was invited without the applications.commands"
-        " scope; check ARBITER_DISCORD_GUILDS and invite it with the README's URL",
+        " scope; check ARBITER_DISCORD_GUILDS, and run aizuchi discord check for its invite URL",
         "no-persona-token": "aizuchi: no persona has a Discord token: set RIN_DISCORD_TOKEN, THEO_DISCORD_TOKEN,"
         " JUNO_DISCORD_TOKEN in .env",
     }[mistake]

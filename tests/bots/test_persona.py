@@ -225,7 +225,7 @@ def test_the_shipped_personas_have_lines_enough_for_a_long_run() -> None:
 
 
 def test_a_shipped_persona_nods_with_emoji_reactions_and_has_emoji_nods_to_react_with() -> None:
-    # Nods are text messages unless a persona file opts into reactions (README, "Personas"); one shipped persona
+    # Nods are text messages unless a persona file opts into reactions (docs/personas.md); one shipped persona
     # does, so the demo shows both. Opting in with no nod that is only emoji would never react.
     personas = load_personas(SHIPPED)
     reacting = [persona for persona in personas if persona.react_with_emoji]

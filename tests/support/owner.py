@@ -25,7 +25,7 @@ LISTENING = r"arbiter listening on (http://127\.0\.0\.1:\d+);"
 
 
 def write_dotenv(workdir: Path, fake: FakeDiscord, world: World, **overrides: object) -> None:
-    """The owner's .env: the README's Discord settings, every token in it, and where Discord is."""
+    """The owner's .env: the Discord settings of docs/discord.md, every token in it, and where Discord is."""
     variables: dict[str, object] = {
         "ARBITER_DATABASE_URL": f"sqlite:///{workdir / 'aizuchi.db'}",
         "ARBITER_PORT": 0,

@@ -40,7 +40,7 @@ EVENTS = "/v1/channels/{channel_id}/events"
 MULTIPLEXED = "/v1/events"
 # The token each kind of access is called with: a persona endpoint as hana, an endpoint any token may call as kai.
 TOKENS = {"admin": ADMIN_TOKEN, "persona": PERSONA_TOKENS["hana"], "persona or admin": PERSONA_TOKENS["kai"]}
-# Channels the calls find: "0" is what schemathesis tries first for an id, "lobby" the README's.
+# Channels the calls find: "0" is what schemathesis tries first for an id, "lobby" the API examples' (docs/api.md).
 CHANNELS = ("0", "lobby")
 
 
