@@ -186,7 +186,7 @@ class Voice:
             )
 
         # A short answer is a line, not a nod: not one just said by another.
-        answers = not cue.for_another and bool(self._answer_sets(cue))
+        answers = bool(self._nod_answers(cue))
         for pool in self._nod_pools(cue):
             lines = [
                 line for line in dict.fromkeys(pool) if usable(line) and not (answers and said.keys & set(_keys(line)))
@@ -217,8 +217,12 @@ class Voice:
     def _pools(self, names: Iterable[str], cue: Cue) -> list[list[Line]]:
         return [self._filled(getattr(lines, name), cue) for name in names for lines in (self.lines, self.generic)]
 
+    def _nod_answers(self, cue: Cue) -> tuple[str, ...]:
+        """The sets a short answer in a nod's place comes from: none for a message put to another persona."""
+        return () if cue.for_another else self._answer_sets(cue)
+
     def _nod_pools(self, cue: Cue) -> list[list[Line]]:
-        answering = () if cue.for_another else self._answer_sets(cue)
+        answering = self._nod_answers(cue)
         if answering:
             return self._pools(answering, cue)  # a short answer fits a nod's length; a mere nod does not answer
         return [self._filled(self.lines.aizuchi, cue), self._filled(self.generic.aizuchi, cue)]
