@@ -117,7 +117,7 @@ class Grant:
     tier: str
     cost: int
     refund_at: float
-    state: str  # held, spoken, released, retracted
+    state: str  # held, spoken, released, retracted, cleared
     claimed: bool  # made by a claim (else by a one-step consume)
     created_at: float = 0.0
     seq: int | None = None
@@ -763,11 +763,15 @@ class ArbiterMachine(RuleBasedStateMachine):
     @rule(turn=st.integers(0, 9))
     def clear_history(self, turn: int) -> None:
         """The messages are gone (not even stored: platform ids are free again), the floor with them; the seqs
-        go on counting, and the spends stay as they are. Only one ``turn`` in ten clears: a clear undoes what the
-        other rules built up (and Hypothesis draws rules without arguments more often than the others)."""
+        go on counting, and the spent turns stay as they are, but a claim under way is closed, its cost back at
+        once (``rules.clear_history``). Only one ``turn`` in ten clears: a clear undoes what the other rules built
+        up (and Hypothesis draws rules without arguments more often than the others)."""
         if turn != 9:
             return
         self.expect("DELETE", f"{self.ch}/history", "admin", status=204)
+        for grant in self.grants:
+            if grant.claimed and grant.state == "held" and grant.out(self.now):
+                grant.state, grant.refund_at = "cleared", self.now
         self.log.append(("cleared", self.last_seq))
         self.messages.clear()
         self.removed.clear()
