@@ -15,6 +15,7 @@ from aiohttp import web
 
 from arbiter.api.app import build_app
 from arbiter.api.auth import TokenAuth
+from arbiter.api.errors import unquoted_bad_requests
 from arbiter.events import EventHub
 from arbiter.service import ArbiterService
 from arbiter.storage.database import Database, PostgresDatabase, SqliteDatabase
@@ -111,6 +112,8 @@ async def serving(app: web.Application, host: str, port: int) -> AsyncIterator[s
     """Serve ``app`` for the duration of the block; yields the URL it listens on."""
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
+    assert runner.server is not None  # set up
+    unquoted_bad_requests(runner.server)
     try:
         site = web.TCPSite(runner, host, port, reuse_address=True)
         await site.start()

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     from aiohttp import web
 
-__all__ = ("ADMIN", "Principal", "TokenAuth", "Unauthorized")
+__all__ = ("ADMIN", "Principal", "TokenAuth", "Unauthorized", "bearer_token")
 
 
 class Unauthorized(ArbiterError):
@@ -38,6 +38,22 @@ def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
 
 
+def bearer_token(request: web.Request) -> str:
+    """The token of ``Authorization: Bearer <token>``.
+
+    A token typed with its scheme into a client that adds the scheme itself (the MCP Inspector's token box, a
+    desktop client's header field) arrives as ``Bearer Bearer <token>``: taken as the token it plainly is."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if not header:
+        raise Unauthorized("missing Authorization header; send 'Authorization: Bearer <token>'")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise Unauthorized("malformed Authorization header; expected 'Bearer <token>'")
+    again, _, rest = token.partition(" ")
+    return rest.strip() if again.lower() == "bearer" and rest.strip() else token
+
+
 class TokenAuth:
     """Looks tokens up by their hash, so comparing never depends on how much of a token was right."""
 
@@ -57,13 +73,7 @@ class TokenAuth:
         return self._admin is not None
 
     def principal(self, request: web.Request) -> Principal:
-        header = request.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        if not header:
-            raise Unauthorized("missing Authorization header; send 'Authorization: Bearer <token>'")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise Unauthorized("malformed Authorization header; expected 'Bearer <token>'")
-        return self.identify(token.strip())
+        return self.identify(bearer_token(request))
 
     def identify(self, token: str) -> Principal:
         """Whose token this is (from a header, or from a URL for clients that can set nothing else)."""

@@ -22,7 +22,18 @@ from arbiter.core.errors import InvalidRequest
 from arbiter.core.limits import ID_PATTERN, MAX_SEQ
 from arbiter.service import ArbiterService
 
-__all__ = ("AUTH", "ENDPOINTS", "SERVICE", "Access", "Call", "Endpoint", "HistoryQuery", "add_routes")
+__all__ = (
+    "AUTH",
+    "ENDPOINTS",
+    "SERVICE",
+    "Access",
+    "Call",
+    "Endpoint",
+    "HistoryQuery",
+    "add_routes",
+    "check_path",
+    "parse_query",
+)
 
 SERVICE = web.AppKey("service", ArbiterService)
 AUTH = web.AppKey("auth", TokenAuth)
@@ -91,7 +102,7 @@ _PATH_PARAMS = {
 }
 
 
-def _check_path(request: web.Request) -> None:
+def check_path(request: web.Request) -> None:
     for name, value in request.match_info.items():
         pattern = _PATH_PARAMS.get(name)
         if pattern is not None and not pattern.match(value):
@@ -109,7 +120,7 @@ async def _parse_body(request: web.Request, model: type[BaseModel]) -> BaseModel
         raise validation_error(error) from None
 
 
-def _parse_query(request: web.Request, model: type[BaseModel]) -> BaseModel:
+def parse_query(request: web.Request, model: type[BaseModel]) -> BaseModel:
     try:
         return model.model_validate(dict(request.query))
     except ValidationError as error:
@@ -125,12 +136,12 @@ def _wrap(endpoint: Endpoint) -> Callable[[web.Request], Awaitable[web.StreamRes
         elif endpoint.access is not Access.PUBLIC:
             principal = auth.principal(request)
             persona = principal.persona_id if endpoint.access is Access.ANY else auth.persona(principal)
-        _check_path(request)
+        check_path(request)
         body = await _parse_body(request, endpoint.body) if endpoint.body is not None else None
         if endpoint.access is Access.PERSONA:
             claimed = getattr(body, "persona", None) or request.match_info.get("persona_id")
             persona = auth.persona(principal, claimed)
-        query = _parse_query(request, endpoint.query) if endpoint.query is not None else None
+        query = parse_query(request, endpoint.query) if endpoint.query is not None else None
         result = await endpoint.handler(Call(request, request.app[SERVICE], persona, body, query))
         if result is None:
             return web.Response(status=204)

@@ -13,7 +13,7 @@ import logging
 
 from aiohttp import WSMsgType, web
 
-from arbiter.api.routes import AUTH, SERVICE, HistoryQuery, _check_path, _parse_query
+from arbiter.api.routes import AUTH, SERVICE, HistoryQuery, check_path, parse_query
 from arbiter.events import EventHub
 from arbiter.feed import ChannelFeed
 
@@ -28,8 +28,8 @@ FELL_BEHIND = 4008
 
 async def events_handler(request: web.Request) -> web.StreamResponse:
     request.app[AUTH].principal(request)
-    _check_path(request)
-    query = _parse_query(request, HistoryQuery)
+    check_path(request)
+    query = parse_query(request, HistoryQuery)
     assert isinstance(query, HistoryQuery)
     after = query.after if "after" in request.query else None
     return await stream_events(request, request.match_info["channel_id"], after=after)

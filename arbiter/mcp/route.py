@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from arbiter.api.openapi import MCP_METHODS, MCP_PATHS
-from arbiter.api.routes import AUTH, _check_path
+from arbiter.api.routes import AUTH, check_path
 from arbiter.mcp.bridge import serve_asgi
 from arbiter.mcp.tools import Caller
 
@@ -96,7 +96,7 @@ class McpEndpoint:
         auth = request.app[AUTH]
         token = request.match_info.get("token")
         principal = auth.identify(token) if token is not None else auth.principal(request)
-        _check_path(request)
+        check_path(request)
         return Caller(principal.persona_id, request.match_info.get("channel_id"))
 
     async def _started(self) -> McpApp:

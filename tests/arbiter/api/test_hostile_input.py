@@ -13,7 +13,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from arbiter.room import add_room
-from arbiter.server import open_arbiter
+from arbiter.server import open_arbiter, serving
 from tests.conftest import PERSONA_TOKENS, make_settings
 from tests.support.arbiters import serve
 
@@ -156,9 +156,11 @@ async def test_a_whole_number_written_with_a_point_is_that_integer(served: Serve
     assert (status, answer["error"]["field"]) == (422, "amount")
 
 
-async def raw_request(served: Served, head: bytes) -> tuple[int, bytes]:
-    """Send ``head`` as it is, bytes no HTTP client library would send; the status and the body of the answer."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", served.client.port)
+async def raw_request(served: Served | int, head: bytes) -> tuple[int, bytes]:
+    """Send ``head`` as it is, bytes no HTTP client library would send (to ``served``, or that port); the status
+    and the body of the answer."""
+    port = served if isinstance(served, int) else served.client.port
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         writer.write(head)
         await writer.drain()
@@ -228,3 +230,14 @@ async def test_a_header_too_long_to_read_is_logged_without_its_value(
     assert "bad HTTP request from 127.0.0.1: a request line or header longer than 8190 bytes" in caplog.text
     assert PERSONA_TOKENS["hana"] not in caplog.text
     assert all(record.exc_info is None for record in caplog.records if record.name == "aiohttp.server")
+
+
+async def test_a_header_too_long_to_read_is_answered_without_its_value(sqlite_url: str) -> None:
+    # aiohttp's own answer quotes the start of the line it could not read, back to whoever sent it (or a proxy's
+    # log); served as the arbiter serves, the answer says what was wrong and nothing of what was sent.
+    token = PERSONA_TOKENS["hana"].encode()
+    head = b"POST /mcp HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token + b"x" * 9000 + b"\r\n\r\n"
+    async with open_arbiter(make_settings(sqlite_url)) as arbiter, serving(arbiter.app, "127.0.0.1", 0) as url:
+        status, body = await raw_request(int(url.rpartition(":")[2]), head)
+    assert status == 400
+    assert body == b"400 Bad Request: a request line or header longer than 8190 bytes"
