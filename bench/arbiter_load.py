@@ -159,9 +159,17 @@ class Result:
             f"{p99:.2f}",
             f"{self.tally.refusals}",
             f"{self.tally.errors}",
-            "n/a" if self.usage.cpu_seconds is None or not lat else f"{self.usage.cpu_seconds / len(lat) * 1e6:,.0f}",
+            _cpu_per_request(self),
+            "n/a" if self.mcp is None else _cpu_per_request(self.mcp),
             "n/a" if self.usage.steal is None else f"{self.usage.steal:.0%}",
         ]
+
+
+def _cpu_per_request(result: Result) -> str:
+    requests = len(result.tally.latencies)
+    if result.usage.cpu_seconds is None or not requests:
+        return "n/a"
+    return f"{result.usage.cpu_seconds / requests * 1e6:,.0f}"
 
 
 HEADER = [
@@ -178,6 +186,7 @@ HEADER = [
     "refused",
     "errors",
     "cpu µs/request",
+    "MCP cpu µs/request",
     "steal",
 ]
 
@@ -610,6 +619,37 @@ async def _measure(
     return Result(database, clients, channels, elapsed, tally, usage, processes=len(bases))
 
 
+async def _measure_fresh(
+    args: argparse.Namespace,
+    database: str,
+    processes: int,
+    *,
+    protocol: str,
+    clients: int,
+    personas: dict[str, str],
+    tokens: list[str],
+) -> Result:
+    """One run on a new scratch database, with its own arbiter processes."""
+    with tempfile.TemporaryDirectory() as scratch:
+        dropped: tuple[str, str] | None = None
+        if database == "sqlite":
+            url = f"sqlite:///{scratch}/bench.db"
+        else:
+            url, name = await _scratch_postgres(args.postgres_url)
+            dropped = (args.postgres_url, name)
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                arbiters = [await stack.enter_async_context(_arbiter_process(url, personas)) for _ in range(processes)]
+                bases, pids = [base for base, _ in arbiters], [pid for _, pid in arbiters]
+                return await _measure(
+                    bases, pids, database, protocol=protocol,
+                    clients=clients, channels=args.channels, seconds=args.seconds, tokens=tokens,
+                )  # fmt: skip
+        finally:
+            if dropped is not None:
+                await _drop_postgres(*dropped)
+
+
 async def _measure_without_http(
     database_url: str, *, clients: int, channels: int, seconds: float, personas: dict[str, str]
 ) -> Result:
@@ -681,32 +721,17 @@ async def run_benchmark(args: argparse.Namespace) -> int:
     runs = [("sqlite", 1)] if "sqlite" in databases else []
     runs += [("postgres", processes) for processes in args.processes] if "postgres" in databases else []
     for database, processes in runs:
-        with tempfile.TemporaryDirectory() as scratch:
-            dropped: tuple[str, str] | None = None
-            if database == "sqlite":
-                url = f"sqlite:///{scratch}/bench.db"
-            else:
-                url, name = await _scratch_postgres(args.postgres_url)
-                dropped = (args.postgres_url, name)
-            try:
-                async with contextlib.AsyncExitStack() as stack:
-                    arbiters = [
-                        await stack.enter_async_context(_arbiter_process(url, personas)) for _ in range(processes)
-                    ]
-                    bases, pids = [base for base, _ in arbiters], [pid for _, pid in arbiters]
-                    for clients in args.clients:
-                        by_protocol: dict[str, Result] = {}
-                        for protocol in ("http", "mcp"):
-                            run = await _measure(
-                                bases, pids, database, protocol=protocol,
-                                clients=clients, channels=args.channels, seconds=args.seconds, tokens=tokens,
-                            )  # fmt: skip
-                            by_protocol[protocol] = run
-                            print(f"  {protocol:>4} " + " ".join(run.row()), flush=True)
-                        results.append(dataclasses.replace(by_protocol["http"], mcp=by_protocol["mcp"]))
-            finally:
-                if dropped is not None:
-                    await _drop_postgres(*dropped)
+        for clients in args.clients:
+            by_protocol: dict[str, Result] = {}
+            for protocol in ("http", "mcp"):
+                # Each protocol on a database of its own: the second run would otherwise meet the first one's
+                # messages, and pay for them.
+                run = await _measure_fresh(
+                    args, database, processes, protocol=protocol, clients=clients, personas=personas, tokens=tokens
+                )
+                by_protocol[protocol] = run
+                print(f"  {protocol:>4} " + " ".join(run.row()), flush=True)
+            results.append(dataclasses.replace(by_protocol["http"], mcp=by_protocol["mcp"]))
     print()
     _print_table(results)
     return 0
