@@ -17,6 +17,7 @@ from arbiter.api.app import build_app
 from arbiter.api.auth import TokenAuth
 from arbiter.api.errors import unquoted_bad_requests
 from arbiter.events import EventHub
+from arbiter.mcp.kept import KeptSessions, SessionLimits
 from arbiter.service import ArbiterService
 from arbiter.storage.database import Database, PostgresDatabase, SqliteDatabase
 from arbiter.storage.lock import SqliteFileLock, sqlite_path
@@ -104,7 +105,9 @@ async def open_arbiter(
         hub.add_listener(service.registry.on_event)
         ticker = RefundTicker(service, hub, clock)
         stack.callback(ticker.close)
-        yield Arbiter(settings, service, hub, build_app(service, hub, auth))
+        limits = SessionLimits(settings.mcp_sessions_per_token, settings.mcp_session_idle_s)
+        kept = KeptSessions(database, clock, limits)
+        yield Arbiter(settings, service, hub, build_app(service, hub, auth, kept))
 
 
 @contextlib.asynccontextmanager

@@ -95,6 +95,16 @@ class ArbiterSettings(BaseSettings):
         default_factory=dict,
         description='JSON object agent id -> bearer token for external agents (MCP clients), e.g. {"aya": "..."}',
     )
+    mcp_sessions_per_token: int = Field(
+        16,
+        ge=1,
+        le=1000,
+        description="MCP sessions one token keeps (with subscriptions), and notification streams and wake-up sockets "
+        "it holds open; past it, its own least recently used session gives way, never another token's",
+    )
+    mcp_session_idle_s: float = Field(
+        300, ge=10, le=86_400, description="seconds an MCP session's subscriptions outlive its last sign of use"
+    )
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
     discord_token: SecretStr | None = Field(None, description="the arbiter bot's Discord token; unset = no Discord")
     moderator_role: str | None = Field(

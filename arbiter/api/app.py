@@ -19,6 +19,7 @@ from arbiter.mcp.route import McpEndpoint, add_mcp_routes
 if TYPE_CHECKING:
     from arbiter.api.auth import TokenAuth
     from arbiter.events import EventHub
+    from arbiter.mcp.kept import KeptSessions
     from arbiter.service import ArbiterService
 
 __all__ = ("build_app", "package_version")
@@ -49,7 +50,7 @@ async def _end_streams(app: web.Application) -> None:
     await close_multiplexed(app)
 
 
-def build_app(service: ArbiterService, hub: EventHub, auth: TokenAuth) -> web.Application:
+def build_app(service: ArbiterService, hub: EventHub, auth: TokenAuth, kept: KeptSessions) -> web.Application:
     quiet_bad_requests()
     app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY)
     app[SERVICE] = service
@@ -64,5 +65,5 @@ def build_app(service: ArbiterService, hub: EventHub, auth: TokenAuth) -> web.Ap
     app.router.add_get("/v1/events", multiplex_handler)
     app.router.add_get("/v1/openapi.json", _openapi)
     app.router.add_get("/v1/health", _health)
-    add_mcp_routes(app, McpEndpoint(service, hub, package_version()))
+    add_mcp_routes(app, McpEndpoint(service, hub, kept, package_version()))
     return app

@@ -13,7 +13,7 @@ from arbiter.contract import EVENT_MODELS, EndedEvent, ErrorBody, Health, Status
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-__all__ = ("openapi_document",)
+__all__ = ("MCP_METHODS", "MCP_PATHS", "openapi_document")
 
 _REF = "#/components/schemas/{model}"
 _PATH_PARAM = re.compile(r"{(\w+)}")
@@ -135,6 +135,42 @@ MCP_METHODS = {
 }
 
 
+def _mcp_responses() -> dict[str, dict[str, Any]]:
+    """What each method of the MCP paths answers: JSON-RPC errors where the protocol has a message, the API's error
+    body where the request never reached it (the token, the path, the body's size)."""
+    body = {"content": {"application/json": {"schema": _ref(ErrorBody)}}}
+    common = {
+        "401": {"description": _ERRORS[401], **body},
+        "422": {"description": "The channel in the path is not a channel id", **body},
+    }
+    return {
+        "POST": {
+            "200": {"description": "a JSON-RPC answer (JSON, or a text/event-stream to a client that takes only that)"},
+            "202": {"description": "a notification, accepted"},
+            "400": {"description": "not one JSON-RPC 2.0 message (parse error, a batch); a JSON-RPC error"},
+            "404": {"description": "Session not found (not this token's), or no such channel; a JSON-RPC error"},
+            "413": {"description": _ERRORS[413], **body},
+            **common,
+        },
+        "GET": {
+            "200": {"description": "the session's notification stream (text/event-stream)"},
+            "404": {"description": "Session not found (not this token's); a JSON-RPC error"},
+            "405": {"description": "no Mcp-Session-Id: tool calls need no session, a stream does; a JSON-RPC error"},
+            "429": {"description": "the token has as many streams open as it may; a JSON-RPC error"},
+            **common,
+        },
+        "DELETE": {
+            "200": {"description": "the session ended; its subscriptions are gone"},
+            "404": {"description": "Session not found (not this token's); a JSON-RPC error"},
+            "405": {"description": "no Mcp-Session-Id; a JSON-RPC error"},
+            **common,
+        },
+    }
+
+
+_MCP_RESPONSES = _mcp_responses()
+
+
 def _inputs() -> set[type[BaseModel]]:
     return {m for e in ENDPOINTS for m in (e.body, e.query) if m is not None}
 
@@ -231,8 +267,9 @@ def _after_schema() -> dict[str, Any]:
     return {key: value for key, value in schema.items() if key != "default"}
 
 
-def _mcp_operation(path: str, method: str) -> dict[str, Any]:
-    parameters = [
+def _key_path_parameters(path: str) -> list[dict[str, Any]]:
+    """The token and channel a /key/... or /channels/... path of MCP or the wake-up socket carries."""
+    return [
         {"name": name, "in": "path", "required": True, "schema": schema}
         for name, schema in (
             ("token", {"type": "string", "minLength": 1}),
@@ -240,6 +277,10 @@ def _mcp_operation(path: str, method: str) -> dict[str, Any]:
         )
         if f"{{{name}}}" in path
     ]
+
+
+def _mcp_operation(path: str, method: str) -> dict[str, Any]:
+    parameters = _key_path_parameters(path)
     suffix = path.removeprefix("/mcp").replace("/", "_").replace("{", "").replace("}", "")
     operation: dict[str, Any] = {
         "summary": f"MCP (Streamable HTTP): {MCP_METHODS[method]}",
@@ -249,10 +290,7 @@ def _mcp_operation(path: str, method: str) -> dict[str, Any]:
         "tools/list, not here. The token goes in the Authorization header, or in the path (/key/<token>/mcp) for "
         "clients that can set only a URL; the channel in the path, or as each tool's channel argument.",
         "parameters": parameters,
-        "responses": {
-            "200": {"description": "a JSON-RPC answer (JSON, or a text/event-stream)"},
-            "401": {"description": _ERRORS[401], "content": {"application/json": {"schema": _ref(ErrorBody)}}},
-        },
+        "responses": _MCP_RESPONSES[method],
         "x-access": "persona, agent or admin",
     }
     if "{token}" not in path:

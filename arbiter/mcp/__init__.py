@@ -2,6 +2,8 @@
 methods and rules as the HTTP API.
 
 ``tools`` is the tool table (what each tool takes, answers and calls), ``route`` the aiohttp side (who is calling,
-which channel, the SDK loaded on first use), ``bridge`` hands a request to the SDK's ASGI app, ``server`` builds the
-SDK's server from the table, and ``watch`` tells subscribed clients when a channel's history changes.
+which channel, which protocol). The 2025 protocol is answered here: ``transport`` (HTTP), ``methods`` (the JSON-RPC
+methods), ``kept`` (session ids that prove themselves, and the subscriptions sessions keep in the database),
+``streams`` (each session's notification stream) and ``watch`` (a channel's history changes). The 2026-07-28
+protocol goes to the SDK: ``server`` builds its server from the table, ``bridge`` hands it the request.
 """

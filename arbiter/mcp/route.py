@@ -1,4 +1,5 @@
-"""``/mcp`` on the arbiter's aiohttp app: who is calling, which channel, and the request handed to the MCP SDK.
+"""``/mcp`` on the arbiter's aiohttp app: who is calling, which channel, and which side answers (the 2025 protocol
+here, ``arbiter.mcp.transport``; the 2026-07-28 protocol, by its ``MCP-Protocol-Version``, the MCP SDK).
 
 The URLs (the channel is optional in each; without it, every tool takes a ``channel`` argument):
 
@@ -10,8 +11,8 @@ The URLs (the channel is optional in each; without it, every tool takes a ``chan
 Every form ends in ``/mcp``: some clients (the MCP Inspector's command line) send a URL that does not to
 ``<origin>/mcp`` instead, dropping the rest of its path.
 
-The SDK is imported, and its session manager started, on the first request (``McpEndpoint``): an arbiter nobody
-reaches over MCP starts as fast as before, and its other routes are untouched.
+The SDK is imported, and its session manager started, on the first request of the 2026-07-28 protocol
+(``McpEndpoint``): an arbiter no such client reaches does not load it.
 """
 
 from __future__ import annotations
@@ -25,13 +26,18 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from arbiter.api.auth import bearer_token
 from arbiter.api.openapi import MCP_METHODS, MCP_PATHS
 from arbiter.api.routes import AUTH, check_path
 from arbiter.mcp.bridge import serve_asgi
+from arbiter.mcp.kept import session_key
+from arbiter.mcp.methods import HANDSHAKE_VERSIONS
 from arbiter.mcp.tools import Caller
+from arbiter.mcp.transport import HandshakeTransport, Visitor
 
 if TYPE_CHECKING:
     from arbiter.events import EventHub
+    from arbiter.mcp.kept import KeptSessions
     from arbiter.mcp.server import McpApp
     from arbiter.service import ArbiterService
 
@@ -48,9 +54,9 @@ def redact(text: str) -> str:
 
 
 class RedactUrlTokens(logging.Filter):
-    """A record that mentions a ``/key/<token>/...mcp`` path (aiohttp's access log, its errors) shows it without the
-    token: the message is formatted here, with the token taken out, and so are the record's other string fields
-    (aiohttp's access log passes the request line as extras too)."""
+    """A record that mentions a ``/key/<token>/...`` path (``/mcp``, or the wake-up socket's ``/ws``) in aiohttp's
+    access log or its errors shows it without the token: the message is formatted here, with the token taken out,
+    and so are the record's other string fields (aiohttp's access log passes the request line as extras too)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
@@ -71,33 +77,37 @@ def _redact_logs() -> None:
 
 
 class McpEndpoint:
-    """Serves ``/mcp``: starts the SDK's side (``arbiter.mcp.server.McpApp``) on first use, in a task of its own
+    """Serves ``/mcp``: the 2025 protocol here (``arbiter.mcp.transport``), the 2026-07-28 protocol through the
+    SDK (``arbiter.mcp.server.McpApp``), which is imported and started on its first request, in a task of its own
     that runs until ``close``."""
 
-    def __init__(self, service: ArbiterService, hub: EventHub, version: str) -> None:
+    def __init__(self, service: ArbiterService, hub: EventHub, kept: KeptSessions, version: str) -> None:
         self._service = service
         self._hub = hub
         self._version = version
+        self._handshake = HandshakeTransport(service, hub, kept, version)
         self._ready: asyncio.Future[McpApp] | None = None
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        caller = self._caller(request)
+        visitor = self._visitor(request)
+        version = request.headers.get("MCP-Protocol-Version")
+        if version is None or version in HANDSHAKE_VERSIONS:
+            return await self._handshake.handle(request, visitor)
+        # The 2026-07-28 protocol (and a version we do not know, which the SDK refuses naming the ones it takes).
         app = await self._started()
-        response = await serve_asgi(app.asgi, request, "/mcp", app.scope(caller))
-        session = request.headers.get("Mcp-Session-Id")
-        if session and (response.status == 404 or (request.method == "DELETE" and response.status < 300)):
-            app.forget_session(session)
-        return response
+        return await serve_asgi(app.asgi, request, "/mcp", app.scope(visitor.caller))
 
     @staticmethod
-    def _caller(request: web.Request) -> Caller:
+    def _visitor(request: web.Request) -> Visitor:
         auth = request.app[AUTH]
         token = request.match_info.get("token")
-        principal = auth.identify(token) if token is not None else auth.principal(request)
+        if token is None:
+            token = bearer_token(request)
+        principal = auth.identify(token)
         check_path(request)
-        return Caller(principal.persona_id, request.match_info.get("channel_id"))
+        return Visitor(Caller(principal.persona_id, request.match_info.get("channel_id")), session_key(token))
 
     async def _started(self) -> McpApp:
         if self._ready is None:
@@ -112,7 +122,7 @@ class McpEndpoint:
             app: McpApp = module.McpApp(self._service, self._hub, self._version)
             async with app.running():
                 ready.set_result(app)
-                _log.info("MCP endpoint started")
+                _log.info("MCP endpoint (2026-07-28 protocol) started")
                 await self._stop.wait()
         except BaseException as error:
             if not ready.done():
@@ -121,7 +131,8 @@ class McpEndpoint:
             raise
 
     async def close(self, _app: Any = None) -> None:
-        """End every MCP session and stream (its open streams would otherwise hold the arbiter's shutdown)."""
+        """End every MCP stream (open streams would otherwise hold the arbiter's shutdown)."""
+        await self._handshake.close()
         self._stop.set()
         if self._task is not None:
             with contextlib.suppress(Exception, asyncio.CancelledError):

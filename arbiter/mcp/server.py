@@ -1,17 +1,13 @@
-"""The MCP SDK's server for the tool table (``arbiter.mcp.tools``), its Streamable HTTP session manager, and the
-channel histories as resources a client can subscribe to.
+"""The 2026-07-28 protocol of MCP, served by the SDK's low-level ``Server`` over the tool table
+(``arbiter.mcp.tools``): each request stands alone (no handshake, no session), and a client's
+``subscriptions/listen`` request is its notification stream for the histories it names.
 
-Built on the SDK's low-level ``Server`` rather than ``MCPServer``: the tools come from our table (the reference's
-``from`` is a Python keyword, and its models are ours), and ``MCPServer`` configures the process's root logger.
+The 2025 protocol, which most clients speak, is answered without the SDK (``arbiter.mcp.transport``); this module is
+imported on the first request of the 2026 protocol (see ``arbiter.mcp.route``): the SDK takes a second and tens of
+MB to load, which an arbiter no such client reaches does not pay.
 
-Sessions are kept (stateful Streamable HTTP): a client of the 2025 protocol (the reference's agents, the Inspector,
-desktop clients) gets notifications on its session's GET stream. Notifications are resource updates: each channel's
-history is the resource ``aizuchi://channels/<channel>/history``; a client subscribes to it (``resources/subscribe``,
-or ``subscriptions/listen`` on the 2026-07-28 protocol) and hears ``notifications/resources/updated`` whenever a
-message arrives, then reads it (or calls ``history``).
-
-Imported on the first request to ``/mcp`` (see ``arbiter.mcp.route``): the SDK takes a second and tens of MB to
-load, which an arbiter nobody reaches over MCP does not pay.
+Built on the low-level ``Server`` rather than ``MCPServer``: the tools come from our table (the reference's ``from``
+is a Python keyword, and its models are ours), and ``MCPServer`` configures the process's root logger.
 """
 
 from __future__ import annotations
@@ -19,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import re
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
@@ -31,45 +26,32 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Res
 from mcp.shared.exceptions import MCPError
 
 from arbiter.core.errors import ArbiterError
-from arbiter.core.limits import ID_PATTERN
+from arbiter.mcp.methods import (
+    HISTORY_TEMPLATE,
+    INSTRUCTIONS,
+    RECENT,
+    channel_of,
+    history_uri,
+    input_schema,
+    output_schema,
+)
 from arbiter.mcp.tools import TOOLS, Caller, HistoryResult, ToolFailure, allowed, describe, history_entries, run_tool
 from arbiter.mcp.watch import HistoryWatch
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from mcp.server.session import ServerSession
-    from pydantic import BaseModel
     from starlette.requests import Request
 
     from arbiter.events import EventHub
     from arbiter.mcp.bridge import ASGIApp
     from arbiter.service import ArbiterService
 
-__all__ = ("CALLER", "McpApp", "channel_of", "history_uri")
+__all__ = ("CALLER", "McpApp")
 
 _log = logging.getLogger(__name__)
 
 CALLER = "aizuchi.caller"  # the ASGI scope key the route puts the caller under
-HISTORY_TEMPLATE = "aizuchi://channels/{channel}/history"
-_HISTORY_URI = re.compile(r"^aizuchi://channels/([^/]+)/history$")
-RECENT = 50  # messages in a read of a history resource
-
-INSTRUCTIONS = (
-    "A conversation shared with other speakers, who take turns through a pool of resource. Read history and "
-    "status first; then speak with consume (amount buys a tier: short aizuchi, a remark, a long turn; each has a "
-    "length limit) or claim, then speak or release. A refusal says why and when to try again. Subscribe to the "
-    "channel's history resource to hear when someone speaks."
-)
-
-
-def history_uri(channel_id: str) -> str:
-    return HISTORY_TEMPLATE.format(channel=channel_id)
-
-
-def channel_of(uri: str) -> str | None:
-    match = _HISTORY_URI.match(uri)
-    return match.group(1) if match and re.match(ID_PATTERN, match.group(1)) else None
 
 
 def _request(ctx: ServerRequestContext[Any, Any]) -> Request:
@@ -85,10 +67,6 @@ def _caller(ctx: ServerRequestContext[Any, Any]) -> Caller:
     return caller
 
 
-def _schema(model: type[BaseModel], mode: str) -> dict[str, Any]:
-    return model.model_json_schema(by_alias=True, mode="validation" if mode == "in" else "serialization")
-
-
 class McpApp:
     """The MCP side of one arbiter: serve ``asgi`` inside ``running()``."""
 
@@ -96,16 +74,14 @@ class McpApp:
         self._service = service
         self._bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self._bus)
-        # Clients of the 2025 protocol subscribed to a history: uri -> their session id -> a way to reach them.
-        self._subscribed: dict[str, dict[str, ServerSession]] = {}
         self._watch = HistoryWatch(hub, self._changed)
         self._tools = [
             types.Tool(
                 name=tool.name,
                 title=tool.title,
                 description=tool.description,
-                input_schema=_schema(tool.args, "in"),
-                output_schema=_schema(tool.result, "out"),
+                input_schema=input_schema(tool.args),
+                output_schema=output_schema(tool.result),
             )
             for tool in TOOLS
         ]
@@ -118,13 +94,12 @@ class McpApp:
             on_list_resources=self._list_resources,
             on_list_resource_templates=self._list_templates,
             on_read_resource=self._read_resource,
-            on_subscribe_resource=self._subscribe,
-            on_unsubscribe_resource=self._unsubscribe,
             on_subscriptions_listen=self._listen_to,
         )
         # The SDK's only default middleware is OpenTelemetry's, a cost on every message with no exporter here.
         self.server.middleware.clear()
-        self._manager = StreamableHTTPSessionManager(self.server)
+        # Stateless: the 2026-07-28 protocol keeps no session, and a request of the 2025 protocol never reaches it.
+        self._manager = StreamableHTTPSessionManager(self.server, stateless=True)
         self.asgi: ASGIApp = self._manager.handle_request
 
     @contextlib.asynccontextmanager
@@ -143,14 +118,6 @@ class McpApp:
         so that a session is served only to the token that opened it."""
         who = "admin" if caller.member is None else f"member:{caller.member}"
         return {CALLER: caller, "user": AuthenticatedUser(AccessToken(token="", client_id=who, scopes=[]))}
-
-    def forget_session(self, session_id: str) -> None:
-        """The session ended (deleted, or unknown to the SDK): drop its subscriptions."""
-        for uri, sessions in list(self._subscribed.items()):
-            if sessions.pop(session_id, None) is not None:
-                self._unwatch(uri)
-            if not sessions:
-                del self._subscribed[uri]
 
     # --- tools ----------------------------------------------------------------------------------------
 
@@ -225,30 +192,6 @@ class McpApp:
             contents=[types.TextResourceContents(uri=params.uri, text=text, mime_type="application/json")]
         )
 
-    async def _subscribe(
-        self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
-    ) -> types.EmptyResult:
-        channel = await self._channel(params.uri)
-        session_id = _request(ctx).headers.get("mcp-session-id")
-        if session_id is None:
-            raise MCPError(types.INVALID_REQUEST, "resources/subscribe needs a session (Mcp-Session-Id)")
-        sessions = self._subscribed.setdefault(params.uri, {})
-        if session_id not in sessions:
-            self._watch.watch(channel)
-        sessions[session_id] = ctx.session
-        return types.EmptyResult()
-
-    async def _unsubscribe(
-        self, ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams
-    ) -> types.EmptyResult:
-        session_id = _request(ctx).headers.get("mcp-session-id", "")
-        sessions = self._subscribed.get(params.uri, {})
-        if sessions.pop(session_id, None) is not None:
-            self._unwatch(params.uri)
-        if not sessions:
-            self._subscribed.pop(params.uri, None)
-        return types.EmptyResult()
-
     async def _listen_to(
         self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
     ) -> types.SubscriptionsListenResult:
@@ -263,13 +206,5 @@ class McpApp:
             for channel in channels:
                 self._watch.unwatch(channel)
 
-    def _unwatch(self, uri: str) -> None:
-        channel = channel_of(uri)
-        if channel is not None:
-            self._watch.unwatch(channel)
-
     async def _changed(self, channel_id: str) -> None:
-        uri = history_uri(channel_id)
-        await self._bus.publish(ResourceUpdated(uri=uri))
-        for session in list(self._subscribed.get(uri, {}).values()):
-            await session.send_resource_updated(uri)
+        await self._bus.publish(ResourceUpdated(uri=history_uri(channel_id)))

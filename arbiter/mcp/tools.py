@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from arbiter import contract as wire
 from arbiter.api.errors import validation_error
@@ -57,17 +57,6 @@ class ToolFailure(Exception):
 # --- arguments ------------------------------------------------------------------------------------------
 
 
-def _number_text(value: Any) -> Any:
-    # Some clients send every argument as text (the MCP Inspector's command line sends amount=5 as "5"): whole
-    # numbers written as digits are understood. A fraction, a word or a boolean stays an error naming the argument.
-    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
-        return int(value)
-    return value
-
-
-NumberText = BeforeValidator(_number_text)
-
-
 class _Args(BaseModel):
     # Unknown arguments are refused, so a typo is an error and not a silent no-op (as in the HTTP API).
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -78,15 +67,13 @@ class _ChannelArgs(_Args):
 
 
 class ConsumeArgs(_ChannelArgs):
-    amount: Annotated[wire.Amount, NumberText] | None = Field(
+    amount: wire.Amount | None = Field(
         None, description="what to spend; it buys the dearest tier it covers (by default aizuchi 5, remark 60, long 80)"
     )
     message: wire.Text = Field(description="what to say; it must fit the tier's length (see status)")
     from_: wire.Id | None = Field(None, alias="from", description="your id; optional, it must be your token's")
     tier: Tier | None = Field(None, description="instead of amount: the tier to speak in")
-    based_on_seq: Annotated[wire.Seq, NumberText] | None = Field(
-        None, description="the last history seq the message answers"
-    )
+    based_on_seq: wire.Seq | None = Field(None, description="the last history seq the message answers")
 
 
 class StatusArgs(_ChannelArgs):
@@ -94,22 +81,20 @@ class StatusArgs(_ChannelArgs):
 
 
 class HistoryArgs(_ChannelArgs):
-    after: Annotated[wire.Seq, NumberText] | None = Field(
-        None, description="a page of messages after this seq; leave out for the latest"
-    )
-    limit: Annotated[int, Field(ge=1, le=200, strict=True), NumberText] = 50
+    after: wire.Seq | None = Field(None, description="a page of messages after this seq; leave out for the latest")
+    limit: Annotated[int, Field(ge=1, le=200, strict=True)] = 50
 
 
 class ClaimArgs(_ChannelArgs):
     tier: Tier
-    based_on_seq: Annotated[wire.Seq, NumberText] | None = None
+    based_on_seq: wire.Seq | None = None
 
 
 class SpeakArgs(_ChannelArgs):
     claim_id: ClaimId
     message: wire.Text
     tier: Tier | None = Field(None, description="the claim's tier (the default) or a cheaper one")
-    based_on_seq: Annotated[wire.Seq, NumberText] | None = None
+    based_on_seq: wire.Seq | None = None
 
 
 class ReleaseArgs(_ChannelArgs):
@@ -192,7 +177,9 @@ class Call:
             )
         channel = named or self.caller.channel
         if channel is None:
-            raise InvalidRequest("no channel: name it in the URL (/mcp/<channel>) or give it here", field="channel")
+            raise InvalidRequest(
+                "no channel: use a channel's URL (/channels/<channel>/mcp) or give it here", field="channel"
+            )
         return channel
 
 
@@ -233,7 +220,8 @@ async def _consume(call: Call) -> BaseModel:
 
 async def _status(call: Call) -> BaseModel:
     status = await call.service.status(call.channel, call.caller.member)
-    return StatusResult(**status.model_dump(), resource=status.level)
+    # The service's answer, checked already, with the reference's name for the level beside it: not validated again.
+    return StatusResult.model_construct(**dict(status), resource=status.level)
 
 
 def history_entries(messages: list[wire.MessageView]) -> list[HistoryEntry]:

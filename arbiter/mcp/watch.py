@@ -18,7 +18,7 @@ from arbiter import contract as wire
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from arbiter.events import EventHub
+    from arbiter.events import EventHub, Subscription
 
 __all__ = ("HistoryWatch",)
 
@@ -41,7 +41,10 @@ class HistoryWatch:
     def watch(self, channel_id: str) -> None:
         self._counts[channel_id] += 1
         if channel_id not in self._pumps:
-            self._pumps[channel_id] = asyncio.create_task(self._pump(channel_id), name=f"mcp-watch-{channel_id}")
+            # Subscribed here, not in the task: a message committed before the task first runs is heard too.
+            subscription = self._hub.subscribe(channel_id)
+            pump = self._pump(channel_id, subscription)
+            self._pumps[channel_id] = asyncio.create_task(pump, name=f"mcp-watch-{channel_id}")
 
     def unwatch(self, channel_id: str) -> None:
         self._counts[channel_id] -= 1
@@ -64,9 +67,9 @@ class HistoryWatch:
             with contextlib.suppress(asyncio.CancelledError):
                 await pump
 
-    async def _pump(self, channel_id: str) -> None:
+    async def _pump(self, channel_id: str, subscription: Subscription) -> None:
         while True:
-            with self._hub.subscribe(channel_id) as subscription:
+            with subscription:
                 async for event in subscription:
                     if isinstance(event, _HISTORY_EVENTS):
                         try:
@@ -78,3 +81,4 @@ class HistoryWatch:
             # Dropped for falling behind: subscribing again loses nothing a client needs, as a notification only
             # says "read the history again".
             _log.info("channel=%s: MCP notifications fell behind; subscribing again", channel_id)
+            subscription = self._hub.subscribe(channel_id)

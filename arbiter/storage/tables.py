@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 from sqlalchemy import JSON, BigInteger, Double, Index, Integer, MetaData, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ("Base", "ChannelRow", "MemoryRow", "MessageRow", "PersonaRow", "SpendRow", "UsageRow")
+__all__ = ("Base", "ChannelRow", "McpSubscriptionRow", "MemoryRow", "MessageRow", "PersonaRow", "SpendRow", "UsageRow")
 
 ID = String(64)
 
@@ -152,3 +152,17 @@ class MemoryRow(Base):
     seq: Mapped[int] = mapped_column(BigInteger)
     state: Mapped[dict[str, Any]]
     updated_at: Mapped[float]
+
+
+class McpSubscriptionRow(Base):
+    """An MCP session's subscription to a channel's history, kept in the database so that any arbiter process,
+    and the same one after a restart, serves the session's notification stream. ``member`` is the token's member
+    (``""`` for the administrator), for the per-token cap; ``touched_at``, the session's last sign of use, for the
+    idle expiry."""
+
+    __tablename__ = "mcp_subscriptions"
+
+    session_id: Mapped[str] = mapped_column(String(80), primary_key=True)
+    channel_id: Mapped[str] = mapped_column(ID, primary_key=True)
+    member: Mapped[str] = mapped_column(ID, index=True)
+    touched_at: Mapped[float] = mapped_column(index=True)

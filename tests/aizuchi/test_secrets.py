@@ -224,7 +224,7 @@ async def test_a_token_in_an_mcp_url_is_never_logged(tmp_path: Path) -> None:
         await asyncio.sleep(0.5)
         arbiter.stop()
         log = arbiter.stderr.read_text(errors="replace")
-    assert "MCP endpoint started" in log, log  # the log is on, at DEBUG, and heard the MCP side
+    assert "MCP tools/call from aya" in log, log  # the log is on, at DEBUG, and heard the MCP side
     for secret in (SECRET, quote(SECRET, safe=""), OTHER, PERSONA_TOKENS["hana"], ADMIN_TOKEN):
         assert secret not in log, log
 

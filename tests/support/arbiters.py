@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -34,6 +35,7 @@ __all__ = (
     "arbiter_process",
     "arbiter_process_blocking",
     "crowd",
+    "free_port",
     "serve",
 )
 
@@ -140,6 +142,14 @@ async def serve(
 
 
 # --- a real arbiter process ------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A port nothing listens on now, for a process that must come back on the same one (a restart)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 @dataclass

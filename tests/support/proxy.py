@@ -1,4 +1,5 @@
-"""A TCP proxy on a localhost port in front of a server, that a test can cut: an outage as a browser sees it.
+"""A TCP proxy on a localhost port in front of a server, that a test can cut (an outage as a browser sees it) or
+move to another server (a failover as a client sees it).
 
 While cut, every connection through it is dropped and each new one is closed as soon as it is accepted, so a client
 gets what it gets when the server cannot be reached (a failed fetch, a WebSocket that closes); the server itself,
@@ -49,6 +50,13 @@ class TcpProxy:
 
     def restore(self) -> None:
         self.cut_off = False
+
+    def move_to(self, target_host: str, target_port: int) -> None:
+        """Send new connections to another server, dropping those open (a load balancer failing over)."""
+        self._target = (target_host, target_port)
+        for writer in list(self._writers):
+            writer.transport.abort()
+        self._writers.clear()
 
     async def close(self) -> None:
         self.cut()

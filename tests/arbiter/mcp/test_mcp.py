@@ -159,15 +159,21 @@ async def test_from_may_be_left_out_and_is_the_tokens_member(served: Served) -> 
     assert (message["author_id"], message["author_kind"]) == ("natsu", "persona")
 
 
-async def test_whole_numbers_sent_as_text_are_understood(served: Served) -> None:
-    # The MCP Inspector's command line sends every argument as text: amount=5 arrives as "5".
+async def test_numbers_are_numbers_as_in_the_http_api(served: Served) -> None:
+    # Refused as text, as the HTTP API refuses them; the schema says integer (not "integer or null"), so that clients
+    # which convert what they are given (the MCP Inspector's command line) send a number.
     async with served.client("natsu") as client:
-        result = await client.call_tool("consume", {"amount": "5", "message": "へえ"})
-        page = await client.call_tool("history", {"limit": "1"})
-        half = await client.call_tool("consume", {"amount": "5.5", "message": "へえ"})
-    assert result.structured_content is not None and result.structured_content["success"] is True
-    assert page.structured_content is not None and len(page.structured_content["history"]) == 1
+        listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+        as_text = await client.call_tool("consume", {"amount": "5", "message": "へえ"})
+        as_float = await client.call_tool("consume", {"amount": 5.0, "message": "へえ"})
+        half = await client.call_tool("consume", {"amount": 5.5, "message": "へえ"})
+    assert listed["consume"].input_schema["properties"]["amount"]["type"] == "integer"
+    assert as_text.is_error and text(as_text).startswith("amount:")
     assert half.is_error and text(half).startswith("amount:")
+    assert as_float.structured_content is not None and as_float.structured_content["success"] is True
+    body = {"persona": "natsu", "text": "へえ", "amount": "5"}
+    status, _ = await served.api.request("POST", f"/v1/channels/{CHANNEL}/consume", "natsu", body)
+    assert status == 422
     assert len(await served.history()) == 1
 
 
