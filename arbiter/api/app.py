@@ -15,6 +15,7 @@ from arbiter.api.routes import AUTH, MAX_BODY, SERVICE, add_routes
 from arbiter.api.stream import HUB, events_handler
 from arbiter.contract import Health
 from arbiter.mcp.route import McpEndpoint, add_mcp_routes
+from arbiter.mcp.wake import WakeSockets, add_wake_routes
 
 if TYPE_CHECKING:
     from arbiter.api.auth import TokenAuth
@@ -66,4 +67,5 @@ def build_app(service: ArbiterService, hub: EventHub, auth: TokenAuth, kept: Kep
     app.router.add_get("/v1/openapi.json", _openapi)
     app.router.add_get("/v1/health", _health)
     add_mcp_routes(app, McpEndpoint(service, hub, kept, package_version()))
+    add_wake_routes(app, WakeSockets(service, hub, per_token=kept.limits.per_token))
     return app

@@ -13,7 +13,7 @@ from arbiter.contract import EVENT_MODELS, EndedEvent, ErrorBody, Health, Status
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-__all__ = ("MCP_METHODS", "MCP_PATHS", "openapi_document")
+__all__ = ("MCP_METHODS", "MCP_PATHS", "WAKE_PATHS", "openapi_document")
 
 _REF = "#/components/schemas/{model}"
 _PATH_PARAM = re.compile(r"{(\w+)}")
@@ -111,6 +111,8 @@ def openapi_document(version: str) -> dict[str, Any]:
     paths["/v1/openapi.json"] = {"get": _public_operation("openapi", "This document (OpenAPI 3.1)", {})}
     for path in MCP_PATHS:
         paths[path] = {method.lower(): _mcp_operation(path, method) for method in MCP_METHODS}
+    for path in WAKE_PATHS:
+        paths[path] = {"get": _wake_operation(path)}
     return {
         "openapi": "3.1.0",
         "info": {
@@ -133,6 +135,7 @@ MCP_METHODS = {
     "GET": "the session's stream of notifications",
     "DELETE": "end the session",
 }
+WAKE_PATHS = ("/channels/{channel_id}/ws", "/key/{token}/channels/{channel_id}/ws")
 
 
 def _mcp_responses() -> dict[str, dict[str, Any]]:
@@ -291,6 +294,31 @@ def _mcp_operation(path: str, method: str) -> dict[str, Any]:
         "clients that can set only a URL; the channel in the path, or as each tool's channel argument.",
         "parameters": parameters,
         "responses": _MCP_RESPONSES[method],
+        "x-access": "persona, agent or admin",
+    }
+    if "{token}" not in path:
+        operation["security"] = [{"bearer": []}]
+    return operation
+
+
+def _wake_operation(path: str) -> dict[str, Any]:
+    error = {"content": {"application/json": {"schema": _ref(ErrorBody)}}}
+    operation: dict[str, Any] = {
+        "summary": "Wake-up WebSocket: a frame on each new message, as the reference design sends",
+        "operationId": "wake" + path.removesuffix("/ws").replace("/", "_").replace("{", "").replace("}", ""),
+        "tags": ["mcp"],
+        "description": 'A WebSocket that receives {"type":"newMessage","message":{"from","message"}} for each new '
+        "message of the channel (the reference design's frame), so its agents are woken unchanged.",
+        "parameters": _key_path_parameters(path),
+        "responses": {
+            "101": {"description": "the WebSocket is open"},
+            "400": {"description": "not a WebSocket upgrade", **error},
+            "401": {"description": _ERRORS[401], **error},
+            "404": {"description": "Unknown channel", **error},
+            "422": {"description": _ERRORS[422], **error},
+            "429": {"description": "The token has as many wake-up sockets open as it may", **error},
+            "503": {"description": _ERRORS[503], **error},
+        },
         "x-access": "persona, agent or admin",
     }
     if "{token}" not in path:
