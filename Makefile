@@ -6,6 +6,8 @@ BIN := $(VENV)/bin
 # does not work on machines without internet access). Set before the rules: make expands prerequisites as it
 # reads them.
 BROWSER := /usr/bin/chromium
+# The JavaScript MCP clients the MCP tests drive (tests/js/package.json, pinned by its package-lock.json).
+JS_CLIENTS := tests/js/node_modules/.installed
 
 .PHONY: run test lint screenshot clean
 
@@ -31,7 +33,7 @@ endif
 run: $(VENV)/.installed
 	$(if $(QUIET_RUN),+)@$(BIN)/aizuchi run || exit 1
 
-test: $(VENV)/.installed-dev $(BROWSER)
+test: $(VENV)/.installed-dev $(BROWSER) $(JS_CLIENTS)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -68,5 +70,10 @@ $(BROWSER):
 	echo "installing Debian's chromium for the room's browser test"; \
 	$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium >/dev/null
 
+$(JS_CLIENTS): tests/js/package-lock.json
+	@if ! command -v npm >/dev/null; then \
+		echo "note: install Node.js and npm for the JavaScript MCP clients' tests (they skip without them)"; exit 0; fi; \
+	npm ci --prefix tests/js --no-audit --no-fund --silent && touch $@
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info tests/js/node_modules
