@@ -23,17 +23,13 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import pytest
 
-from arbiter.server import open_arbiter, serving
-from tests.conftest import make_settings
 from tests.support.arbiters import Api, arbiter_process, free_port
-from tests.support.clock import FakeClock
+from tests.support.mcp_live import AGENTS, CHANNEL, live_arbiter
 from tests.support.node import NODE_MODULES, node_with
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-AGENTS = {"aya": "aya-token-0123456789abcdef", "natsu": "natsu-token-0123456789abcdef"}
-CHANNEL = "lobby"
 REFERENCE_TOOLS = {"consume", "status", "history"}
 MEMBER_TOOLS = {*REFERENCE_TOOLS, "claim", "speak", "release", "register"}
 
@@ -102,15 +98,8 @@ class Served:
 @pytest.fixture
 async def served(sqlite_url: str) -> AsyncIterator[Served]:
     """An arbiter in this process on a real socket (the clients are other processes), with the channel made."""
-    settings = make_settings(sqlite_url, agent_tokens=AGENTS)
-    async with (
-        open_arbiter(settings, clock=FakeClock()) as arbiter,
-        serving(arbiter.app, "127.0.0.1", 0) as url,
-        aiohttp.ClientSession() as session,
-    ):
-        api = Api(session, AGENTS, base=url)
-        await api.create_channel(CHANNEL)
-        yield Served(url, api)
+    async with live_arbiter(sqlite_url) as live:
+        yield Served(live.url, live.api)
 
 
 # --- the TypeScript SDK's client ---------------------------------------------------------------------------

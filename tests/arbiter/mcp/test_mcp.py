@@ -19,17 +19,16 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from arbiter.server import Arbiter, open_arbiter, serving
-from tests.conftest import ADMIN_TOKEN, PERSONA_TOKENS, make_settings
-from tests.support.arbiters import Api
-from tests.support.clock import FakeClock
+from tests.conftest import ADMIN_TOKEN, PERSONA_TOKENS
+from tests.support.mcp_live import AGENTS, CHANNEL, INITIALIZE, live_arbiter
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-AGENTS = {"aya": "aya-token-0123456789abcdef", "natsu": "natsu-token-0123456789abcdef"}
+    from arbiter.server import Arbiter
+    from tests.support.arbiters import Api
+
 TOKENS = {**PERSONA_TOKENS, **AGENTS, "admin": ADMIN_TOKEN}
-CHANNEL = "lobby"
 HISTORY = f"aizuchi://channels/{CHANNEL}/history"
 
 REFERENCE_TOOLS = {"consume", "status", "history"}
@@ -67,15 +66,8 @@ class Served:
 
 @pytest.fixture
 async def served(sqlite_url: str) -> AsyncIterator[Served]:
-    settings = make_settings(sqlite_url, agent_tokens=AGENTS)
-    async with (
-        open_arbiter(settings, clock=FakeClock()) as arbiter,
-        serving(arbiter.app, "127.0.0.1", 0) as url,
-        aiohttp.ClientSession() as session,
-    ):
-        api = Api(session, AGENTS, base=url)
-        await api.create_channel(CHANNEL)
-        yield Served(arbiter, url, api)
+    async with live_arbiter(sqlite_url) as live:
+        yield Served(live.arbiter, live.url, live.api)
 
 
 def text(result: types.CallToolResult) -> str:
@@ -343,15 +335,9 @@ async def test_an_unknown_or_missing_token_is_refused_before_the_protocol(served
 async def test_a_session_is_served_only_to_the_token_that_opened_it(served: Served) -> None:
     url = f"{served.url}/channels/{CHANNEL}/mcp"
     accept = {"Accept": "application/json, text/event-stream"}
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
-    }
     listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
     async with aiohttp.ClientSession() as http:
-        async with http.post(url, json=initialize, headers={**accept, "Authorization": f"Bearer {AGENTS['aya']}"}) as r:
+        async with http.post(url, json=INITIALIZE, headers={**accept, "Authorization": f"Bearer {AGENTS['aya']}"}) as r:
             assert r.status == 200
             session = {"Mcp-Session-Id": r.headers["Mcp-Session-Id"], "Mcp-Protocol-Version": "2025-11-25"}
         as_natsu = {**accept, **session, "Authorization": f"Bearer {AGENTS['natsu']}"}

@@ -30,21 +30,14 @@ from arbiter.storage.tables import McpSubscriptionRow
 from tests.conftest import make_settings
 from tests.support.arbiters import Api, arbiter_process, free_port
 from tests.support.clock import FakeClock
+from tests.support.mcp_live import AGENTS, CHANNEL, INITIALIZE, live_arbiter
 from tests.support.proxy import tcp_proxy
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-AGENTS = {"aya": "aya-token-0123456789abcdef", "natsu": "natsu-token-0123456789abcdef"}
-CHANNEL = "lobby"
 HISTORY = f"aizuchi://channels/{CHANNEL}/history"
 ACCEPT = {"Accept": "application/json, text/event-stream"}
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
-}
 
 
 def _as(who: str) -> dict[str, str]:
@@ -161,14 +154,8 @@ async def _eventually_watched(arbiter: Any, channel: str) -> None:
 
 @pytest.fixture
 async def served(sqlite_url: str) -> AsyncIterator[tuple[str, str, aiohttp.ClientSession]]:
-    settings = make_settings(sqlite_url, agent_tokens=AGENTS, mcp_sessions_per_token=4)
-    async with (
-        open_arbiter(settings, clock=FakeClock()) as arbiter,
-        serving(arbiter.app, "127.0.0.1", 0) as url,
-        aiohttp.ClientSession() as http,
-    ):
-        await Api(http, AGENTS, base=url).create_channel(CHANNEL)
-        yield sqlite_url, f"{url}/channels/{CHANNEL}/mcp", http
+    async with live_arbiter(sqlite_url, mcp_sessions_per_token=4) as live:
+        yield sqlite_url, f"{live.url}/channels/{CHANNEL}/mcp", live.http
 
 
 async def _session(http: aiohttp.ClientSession, url: str, who: str) -> str:
