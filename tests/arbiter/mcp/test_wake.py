@@ -255,6 +255,8 @@ def test_redact_hides_the_token_of_a_wake_up_path() -> None:
 
 async def test_the_token_in_the_path_is_never_logged(served: Served, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
+    # By name too: the command line's logging quiets aiohttp's access log, and a test before this one may have run it.
+    caplog.set_level(logging.INFO, logger="aiohttp.access")
     wrong = "wrong-token-0123456789abcdef"
     async with served.connect("aya") as ws:
         await served.service.consume(CHANNEL, "hana", "hello", amount=60)
