@@ -24,8 +24,8 @@ from aizuchi.errors import FleetError, FleetStopped, SetupError
 from aizuchi.fleet import Cast, cast_personas, offline_notice, open_fleet
 from aizuchi.keys import check_keys
 from aizuchi.logs import acting_as
-from arbiter.core.errors import StorageError
 from arbiter.server import open_arbiter, serving
+from arbiter.storage.errors import StorageError
 from bots.platforms.room import RoomPlatform
 
 if TYPE_CHECKING:

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 from sqlalchemy import create_engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from arbiter.core.errors import StorageError
 from arbiter.storage import repository as repo
 from arbiter.storage.database import Database, normalize_url
+from arbiter.storage.errors import StorageError
 from arbiter.storage.lock import sqlite_path
 
 if TYPE_CHECKING:

@@ -17,8 +17,8 @@ from arbiter.core.errors import (
     InvalidRequest,
     NotFound,
     PermissionDenied,
-    StorageError,
 )
+from arbiter.storage.errors import StorageError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

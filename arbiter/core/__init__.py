@@ -7,7 +7,6 @@ from arbiter.core.errors import (
     InvalidRequest,
     NotFound,
     PermissionDenied,
-    StorageError,
 )
 from arbiter.core.models import (
     DEFAULT_TIERS,
@@ -42,7 +41,6 @@ __all__ = (
     "RefusalReason",
     "Spend",
     "SpendState",
-    "StorageError",
     "Tier",
     "TierRule",
     "addressed_personas",

@@ -13,7 +13,6 @@ __all__ = (
     "InvalidRequest",
     "NotFound",
     "PermissionDenied",
-    "StorageError",
 )
 
 
@@ -50,9 +49,3 @@ class ConflictError(ArbiterError):
     """The target exists but is in the wrong state, e.g. speaking on a claim that was released."""
 
     code = "conflict"
-
-
-class StorageError(ArbiterError):
-    """The database failed; the operation did not happen."""
-
-    code = "storage_unavailable"

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import discord
 from discord import app_commands
 
-from arbiter.core.errors import ArbiterError, StorageError
+from arbiter.core.errors import ArbiterError
 from arbiter.core.limits import MAX_TOPIC_LENGTH
 from arbiter.core.models import SETTING_BOUNDS
 from arbiter.discord_bot.options import BadOption, check_options, given_options, shown
 from arbiter.discord_bot.render import memory_text, status_text
+from arbiter.storage.errors import StorageError
 
 if TYPE_CHECKING:
     from arbiter.service import ArbiterService

@@ -29,7 +29,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from arbiter.core.errors import StorageError
+from arbiter.storage.errors import StorageError
 from arbiter.storage.lock import sqlite_path
 
 if TYPE_CHECKING:

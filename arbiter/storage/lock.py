@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from arbiter.core.errors import StorageError
+from arbiter.storage.errors import StorageError
 
 if TYPE_CHECKING:
     from types import TracebackType

@@ -10,7 +10,7 @@ from alembic.config import Config
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from arbiter.core.errors import StorageError
+from arbiter.storage.errors import StorageError
 
 if TYPE_CHECKING:
     from arbiter.storage.database import Database

@@ -33,11 +33,12 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from arbiter.core.errors import ArbiterError, StorageError
+from arbiter.core.errors import ArbiterError
 from arbiter.core.ledger import active, split
 from arbiter.events import Event
 from arbiter.storage import repository as repo
 from arbiter.storage.database import Database, HeldConnection, PostgresDatabase, SqliteDatabase
+from arbiter.storage.errors import StorageError
 from arbiter.storage.pg_commit import BatchWrites, commit_statement
 
 if TYPE_CHECKING:

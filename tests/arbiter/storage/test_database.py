@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from arbiter.core.errors import StorageError
 from arbiter.server import open_arbiter
 from arbiter.storage.database import normalize_url
+from arbiter.storage.errors import StorageError
 from tests.conftest import make_settings
 from tests.support.arbiters import arbiter_exit, serve
 

@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from arbiter.core.errors import StorageError
+from arbiter.storage.errors import StorageError
 from tests.support.arbiters import serve
 
 if TYPE_CHECKING:
