@@ -68,7 +68,7 @@ if TYPE_CHECKING:
 
     from arbiter.service import ArbiterService
 
-__all__ = ("run_benchmark",)
+__all__ = ("ADMIN", "Reading", "Usage", "arbiter_process", "drop_postgres", "run_benchmark", "scratch_postgres")
 
 ADMIN = "bench-admin-token-000000000000"
 CAPACITY = 10_000
@@ -102,7 +102,7 @@ class Usage:
         return cls(cpu, usages[0].steal)
 
     @classmethod
-    def between(cls, before: _Reading, after: _Reading) -> Usage:
+    def between(cls, before: Reading, after: Reading) -> Usage:
         cpu = None if before.cpu is None or after.cpu is None else after.cpu - before.cpu
         steal = None
         if before.ticks is not None and after.ticks is not None and after.ticks[1] > before.ticks[1]:
@@ -111,12 +111,12 @@ class Usage:
 
 
 @dataclass(frozen=True)
-class _Reading:
+class Reading:
     cpu: float | None  # the process's user + system seconds so far
     ticks: tuple[int, int] | None  # the machine's (steal, all) clock ticks so far
 
     @classmethod
-    def take(cls, pid: int) -> _Reading:
+    def take(cls, pid: int) -> Reading:
         """Linux only (/proc); elsewhere the columns read n/a."""
         try:
             with open(f"/proc/{pid}/stat") as stat:
@@ -497,7 +497,7 @@ class ServiceClient(Client):
 
 
 @contextlib.asynccontextmanager
-async def _arbiter_process(database_url: str, personas: dict[str, str]) -> AsyncIterator[tuple[str, int]]:
+async def arbiter_process(database_url: str, personas: dict[str, str]) -> AsyncIterator[tuple[str, int]]:
     env = {
         **os.environ,
         "ARBITER_DATABASE_URL": database_url,
@@ -553,11 +553,11 @@ async def _run_mix(
     await asyncio.sleep(min(2.0, seconds / 5))
     for worker in workers:
         worker._tally = tally
-    before = [_Reading.take(pid) for pid in pids]
+    before = [Reading.take(pid) for pid in pids]
     started = time.perf_counter()
     await asyncio.sleep(seconds)
     elapsed = time.perf_counter() - started
-    usage = Usage.total([Usage.between(first, _Reading.take(pid)) for first, pid in zip(before, pids, strict=True)])
+    usage = Usage.total([Usage.between(first, Reading.take(pid)) for first, pid in zip(before, pids, strict=True)])
     for worker in workers:
         worker._tally = Tally()
     stop.set()
@@ -635,11 +635,11 @@ async def _measure_fresh(
         if database == "sqlite":
             url = f"sqlite:///{scratch}/bench.db"
         else:
-            url, name = await _scratch_postgres(args.postgres_url)
+            url, name = await scratch_postgres(args.postgres_url)
             dropped = (args.postgres_url, name)
         try:
             async with contextlib.AsyncExitStack() as stack:
-                arbiters = [await stack.enter_async_context(_arbiter_process(url, personas)) for _ in range(processes)]
+                arbiters = [await stack.enter_async_context(arbiter_process(url, personas)) for _ in range(processes)]
                 bases, pids = [base for base, _ in arbiters], [pid for _, pid in arbiters]
                 return await _measure(
                     bases, pids, database, protocol=protocol,
@@ -647,7 +647,7 @@ async def _measure_fresh(
                 )  # fmt: skip
         finally:
             if dropped is not None:
-                await _drop_postgres(*dropped)
+                await drop_postgres(*dropped)
 
 
 async def _measure_without_http(
@@ -669,7 +669,7 @@ async def _measure_without_http(
     return Result("sqlite, no HTTP", clients, channels, elapsed, tally, usage)
 
 
-async def _scratch_postgres(server_url: str) -> tuple[str, str]:
+async def scratch_postgres(server_url: str) -> tuple[str, str]:
     plain = server_url.replace("postgresql+asyncpg://", "postgresql://")
     name = f"aizuchi_bench_{os.getpid()}"
     conn = await asyncpg.connect(plain)
@@ -681,7 +681,7 @@ async def _scratch_postgres(server_url: str) -> tuple[str, str]:
     return server_url.rsplit("/", 1)[0] + f"/{name}", name
 
 
-async def _drop_postgres(server_url: str, name: str) -> None:
+async def drop_postgres(server_url: str, name: str) -> None:
     conn = await asyncpg.connect(server_url.replace("postgresql+asyncpg://", "postgresql://"))
     try:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

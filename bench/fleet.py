@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 
-from bench.arbiter_load import ADMIN, Usage, _arbiter_process, _drop_postgres, _Reading, _scratch_postgres
+from bench.arbiter_load import ADMIN, Reading, Usage, arbiter_process, drop_postgres, scratch_postgres
 from bots.arbiter_client import ArbiterClient
 from bots.llm.scripted import ScriptedProvider
 from bots.persona import load_personas
@@ -271,7 +271,7 @@ async def _measure(args: argparse.Namespace, database: str, url: str) -> Result:
         raise SystemExit(f"--personas {args.personas}: only {len(personas)} personas in {args.personas_dir}")
     tokens = {p.id: f"bench-fleet-token-{p.id}-0123456789" for p in personas}
     names = [f"fleet-{index}" for index in range(args.channels)]
-    async with _arbiter_process(url, tokens) as (base, pid):
+    async with arbiter_process(url, tokens) as (base, pid):
         admin = {"Authorization": f"Bearer {ADMIN}"}
         connector = aiohttp.TCPConnector(limit=64)
         async with aiohttp.ClientSession(connector=connector) as session:
@@ -296,10 +296,10 @@ async def _measure(args: argparse.Namespace, database: str, url: str) -> Result:
             window_start = decisions.now()
             reads_before = sum(r.stats.statuses_read for r in runtimes)
             counts_before = _counts(runtimes)
-            machine_before, cpu_before, started = _Reading.take(pid), time.process_time(), time.monotonic()
+            machine_before, cpu_before, started = Reading.take(pid), time.process_time(), time.monotonic()
             await asyncio.sleep(args.seconds)
             elapsed = time.monotonic() - started
-            machine_after, cpu_after = _Reading.take(pid), time.process_time()
+            machine_after, cpu_after = Reading.take(pid), time.process_time()
             window_end = decisions.now()
             reads = sum(r.stats.statuses_read for r in runtimes) - reads_before
             claims, refused, posts = (now - then for now, then in zip(_counts(runtimes), counts_before, strict=True))
@@ -376,13 +376,13 @@ async def run_benchmark(args: argparse.Namespace) -> int:
         if args.database == "sqlite":
             url = f"sqlite:///{scratch}/fleet.db"
         else:
-            url, name = await _scratch_postgres(args.postgres_url)
+            url, name = await scratch_postgres(args.postgres_url)
             dropped = (args.postgres_url, name)
         try:
             result = await _measure(args, args.database, url)
         finally:
             if dropped is not None:
-                await _drop_postgres(*dropped)
+                await drop_postgres(*dropped)
     print()
     print(result.table())
     return 0

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic.json_schema import models_json_schema
 
-from arbiter.api.routes import _PATH_PARAMS, ENDPOINTS, Access, Endpoint, HistoryQuery
+from arbiter.api.routes import ENDPOINTS, PATH_PARAMS, Access, Endpoint, HistoryQuery
 from arbiter.contract import EVENT_MODELS, EndedEvent, ErrorBody, Health, StatusEvent, StreamCommand
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ _PARAM_SCHEMAS: dict[str, dict[str, Any]] = {
     name: {"type": "integer", "minimum": 1, "maximum": 10**18 - 1}
     if name == "seq"
     else {"type": "string", "pattern": pattern.pattern}
-    for name, pattern in _PATH_PARAMS.items()
+    for name, pattern in PATH_PARAMS.items()
 }
 _ERRORS = {
     400: "Malformed JSON",

@@ -25,6 +25,7 @@ from arbiter.service import ArbiterService
 __all__ = (
     "AUTH",
     "ENDPOINTS",
+    "PATH_PARAMS",
     "SERVICE",
     "Access",
     "Call",
@@ -93,7 +94,7 @@ class Endpoint:
     tag: str = "turns"
 
 
-_PATH_PARAMS = {
+PATH_PARAMS = {
     "channel_id": re.compile(ID_PATTERN),
     "persona_id": re.compile(ID_PATTERN),
     "claim_id": re.compile(r"^[A-Za-z0-9_-]{1,40}$"),
@@ -104,7 +105,7 @@ _PATH_PARAMS = {
 
 def check_path(request: web.Request) -> None:
     for name, value in request.match_info.items():
-        pattern = _PATH_PARAMS.get(name)
+        pattern = PATH_PARAMS.get(name)
         if pattern is not None and not pattern.match(value):
             kind = "a positive whole number" if name == "seq" else "1-64 letters, digits, '_', '.' or '-'"
             raise InvalidRequest(f"{name} {value!r} is not valid: expected {kind}", field=name, code="invalid_field")
