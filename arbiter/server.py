@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from arbiter.api.app import build_app
+from arbiter.api.app import build_app, package_version
 from arbiter.api.auth import TokenAuth
 from arbiter.api.errors import unquoted_bad_requests
 from arbiter.events import EventHub
 from arbiter.mcp.kept import KeptSessions, SessionLimits
+from arbiter.mcp.route import McpEndpoint, add_mcp_routes
+from arbiter.mcp.wake import WakeSockets, add_wake_routes
 from arbiter.service import ArbiterService
 from arbiter.storage.database import Database, PostgresDatabase, SqliteDatabase
 from arbiter.storage.lock import SqliteFileLock, sqlite_path
@@ -107,7 +109,10 @@ async def open_arbiter(
         stack.callback(ticker.close)
         limits = SessionLimits(settings.mcp_sessions_per_token, settings.mcp_session_idle_s)
         kept = KeptSessions(database, clock, limits)
-        yield Arbiter(settings, service, hub, build_app(service, hub, auth, kept))
+        app = build_app(service, hub, auth)
+        add_mcp_routes(app, McpEndpoint(service, hub, kept, package_version()))
+        add_wake_routes(app, WakeSockets(service, hub, per_token=limits.per_token))
+        yield Arbiter(settings, service, hub, app)
 
 
 @contextlib.asynccontextmanager

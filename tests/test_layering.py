@@ -4,6 +4,8 @@
   no other part of the arbiter.
 - ``bots/`` imports nothing from ``arbiter`` except ``arbiter.contract``.
 - ``arbiter/`` never imports ``bots``.
+- No module imports another's private (``_``) names, and no two packages import each other (a package may use its
+  parent's modules and its own subpackages).
 
 Every ``.py`` file is read on every run, so new modules are checked as soon as they exist.
 """
@@ -112,6 +114,70 @@ def test_the_arbiter_never_imports_bots() -> None:
     assert violations("arbiter", arbiter_may_import) == []
 
 
+OURS = ("arbiter", "bots", "aizuchi", "bench")
+
+
+def _modules(root: Path = ROOT) -> dict[str, Path]:
+    return {module_name(path, root): path for top in OURS for path in _sources(top, root)}
+
+
+def private_imports(root: Path = ROOT) -> list[str]:
+    """Imports of a ``_name`` (or from a ``_module``) of ours, from outside the module that defines it."""
+    found = []
+    for module, path in _modules(root).items():
+        for item in imports_of(path.read_text(encoding="utf-8"), module, is_package=path.name == "__init__.py"):
+            parts = item.module.split(".")
+            if parts[0] in OURS and any(part.startswith("_") and not part.startswith("__") for part in parts):
+                found.append(f"{path.relative_to(root)}:{item.line} imports {item.module}")
+    return found
+
+
+def package_cycles(root: Path = ROOT) -> list[list[str]]:
+    """Packages that import each other, directly or round a loop. A module belongs to its package; importing the
+    package's own subpackages does not count (a package is made of them), importing a parent's modules does."""
+    modules = _modules(root)
+    packages = {module for module, path in modules.items() if path.name == "__init__.py"}
+
+    def package_of(module: str) -> str:
+        return module if module in packages else module.rpartition(".")[0]
+
+    def defined_in(name: str) -> str | None:
+        parts = name.split(".")
+        return next((".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in modules), None)
+
+    edges: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        for item in imports_of(path.read_text(encoding="utf-8"), module, is_package=path.name == "__init__.py"):
+            target = defined_in(item.module)
+            if target is None:
+                continue
+            a, b = package_of(module), package_of(target)
+            if a != b and not b.startswith(a + "."):
+                edges.setdefault(a, set()).add(b)
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            here = todo.pop()
+            if here == goal:
+                return True
+            if here not in seen:
+                seen.add(here)
+                todo.extend(edges.get(here, ()))
+        return False
+
+    pairs = {tuple(sorted((a, b))) for a in edges for b in edges[a] if reaches(b, a)}
+    return [list(pair) for pair in sorted(pairs)]
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    assert private_imports() == []
+
+
+def test_no_two_packages_import_each_other() -> None:
+    assert package_cycles() == []
+
+
 # --- the checker itself: it must see the imports a violation would use ------------------------------------
 
 
@@ -174,3 +240,16 @@ def test_a_forbidden_import_in_a_new_file_is_reported(tmp_path: Path) -> None:
         "from arbiter import contract\nfrom ...arbiter.core.rules import level\n", encoding="utf-8"
     )
     assert violations("bots", bots_may_import, tmp_path) == ["bots/llm/new.py:2 imports arbiter.core.rules.level"]
+
+
+def test_a_private_import_and_a_package_cycle_are_reported(tmp_path: Path) -> None:
+    for package in ("arbiter", "arbiter/api", "arbiter/mcp"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("", encoding="utf-8")
+    (tmp_path / "arbiter" / "api" / "app.py").write_text("from arbiter.mcp.route import serve\n", encoding="utf-8")
+    (tmp_path / "arbiter" / "mcp" / "route.py").write_text(
+        "from arbiter.api.app import _check\nfrom arbiter import service\n", encoding="utf-8"
+    )
+    (tmp_path / "arbiter" / "service.py").write_text("from arbiter.api import app\n", encoding="utf-8")
+    assert private_imports(tmp_path) == ["arbiter/mcp/route.py:1 imports arbiter.api.app._check"]
+    assert package_cycles(tmp_path) == [["arbiter.api", "arbiter.mcp"]]

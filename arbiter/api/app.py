@@ -14,13 +14,10 @@ from arbiter.api.openapi import openapi_document
 from arbiter.api.routes import AUTH, MAX_BODY, SERVICE, add_routes
 from arbiter.api.stream import HUB, events_handler
 from arbiter.contract import Health
-from arbiter.mcp.route import McpEndpoint, add_mcp_routes
-from arbiter.mcp.wake import WakeSockets, add_wake_routes
 
 if TYPE_CHECKING:
     from arbiter.api.auth import TokenAuth
     from arbiter.events import EventHub
-    from arbiter.mcp.kept import KeptSessions
     from arbiter.service import ArbiterService
 
 __all__ = ("build_app", "package_version")
@@ -51,7 +48,9 @@ async def _end_streams(app: web.Application) -> None:
     await close_multiplexed(app)
 
 
-def build_app(service: ArbiterService, hub: EventHub, auth: TokenAuth, kept: KeptSessions) -> web.Application:
+def build_app(service: ArbiterService, hub: EventHub, auth: TokenAuth) -> web.Application:
+    """The HTTP API. The MCP routes (``arbiter.mcp``, which uses the API's parts and which the OpenAPI document
+    describes) are added by the caller that builds the arbiter (``arbiter.server``), so the API never imports MCP."""
     quiet_bad_requests()
     app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY)
     app[SERVICE] = service
@@ -66,6 +65,4 @@ def build_app(service: ArbiterService, hub: EventHub, auth: TokenAuth, kept: Kep
     app.router.add_get("/v1/events", multiplex_handler)
     app.router.add_get("/v1/openapi.json", _openapi)
     app.router.add_get("/v1/health", _health)
-    add_mcp_routes(app, McpEndpoint(service, hub, kept, package_version()))
-    add_wake_routes(app, WakeSockets(service, hub, per_token=kept.limits.per_token))
     return app
