@@ -374,6 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from aizuchi.settings import unknown_settings
     from arbiter.core.errors import ArbiterError
     from bots.errors import BotError
+    from bots.llm.profiles import ProfileError
 
     if args.command != "bench":  # the benchmarks read no settings
         # A misspelt setting is ignored by the settings classes: said once, at start, before anything else.
@@ -393,6 +394,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ArbiterError as error:
         print(f"aizuchi: {error.message}", file=sys.stderr)
         return 1
-    except BotError as error:
+    except (BotError, ProfileError) as error:
         print(f"aizuchi: {error}", file=sys.stderr)
         return 1

@@ -35,14 +35,14 @@ from arbiter.server import open_arbiter
 from arbiter.settings import ArbiterSettings
 from bench.transcript_metrics import TranscriptScores, measure, profile_text
 from bots.arbiter_client import ArbiterClient
-from bots.kinds import is_question
+from bots.language.kinds import is_question
+from bots.language.text import nod_repeats, repeats
 from bots.llm.base import ChatProvider, Completion, CompletionRequest, DecisionRequest, DecisionResult
 from bots.llm.scripted import ScriptedProvider, estimate_prompt_tokens, estimate_tokens
 from bots.persona import Persona, load_personas
 from bots.platforms.memory import MemoryRoom
 from bots.prompt import OWN_LINES
 from bots.runtime import PersonaRuntime, RuntimeConfig
-from bots.text import nod_repeats, repeats
 from bots.tool_loop import ToolLoopRuntime
 
 if TYPE_CHECKING:
@@ -201,8 +201,8 @@ class Conversation:
         return most
 
     def repeated_lines(self, within: int = OWN_LINES) -> int:
-        """Lines a persona said again as the runtime would not post them (``bots.text``): a remark one of its own last
-        ``within`` lines, a nod its own nod before."""
+        """Lines a persona said again as the runtime would not post them (``bots.language.text``): a remark one of
+        its own last ``within`` lines, a nod its own nod before."""
         said: dict[str, list[str]] = defaultdict(list)
         last_nod: dict[str, str] = {}
         count = 0

@@ -18,8 +18,8 @@ from arbiter.contract import Id, display_length
 from bots.card_file import CardData, CardError
 from bots.check import DEFAULT_LENGTHS
 from bots.colors import persona_color
+from bots.language.text import cut_to_length
 from bots.llm.scripted import GENERIC
-from bots.text import cut_to_length
 
 if TYPE_CHECKING:
     from bots.card_file import Card
@@ -344,7 +344,8 @@ def _collapse(text: str) -> str:
 
 
 def _fit(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters where a person would stop (bots.text measures in display columns)."""
+    """``text`` cut to ``limit`` characters where a person would stop (bots.language.text measures in display
+    columns)."""
     columns = 2 * limit  # where even wide characters all fit; lowered by what is over until it fits
     while len(cut := cut_to_length(text, columns)) > limit:
         columns -= len(cut) - limit

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from arbiter.contract import AuthorKind, RefusalReason, Tier
-from bots.kinds import asks_for_explanation, is_question
+from bots.language.kinds import asks_for_explanation, is_question
 
 if TYPE_CHECKING:
     import random

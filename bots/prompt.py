@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from arbiter.contract import AuthorKind, Tier
-from bots.kinds import Kind, message_kind
+from bots.language.kinds import Kind, message_kind
 from bots.llm.base import COLUMNS_NOTE, Turn, length_limit
 from bots.memory import MEMORY_GUIDE, notes_lines
 from bots.scene import asking_index

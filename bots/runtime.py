@@ -25,6 +25,7 @@ from arbiter import contract as wire
 from arbiter.contract import Tier
 from bots.errors import ArbiterRejected, BotError, PostFailed
 from bots.follower import StreamFollower
+from bots.language.text import clean_reply, is_emoji, nod_repeats, repeats
 from bots.llm.base import (
     DecisionRequest,
     DecisionResult,
@@ -41,7 +42,6 @@ from bots.planner import anchor, plan_turn, refused_outright
 from bots.platforms.base import Posted
 from bots.prompt import OWN_LINES, persona_prompt, rules_prompt, transcript_turn
 from bots.scene import scene_of
-from bots.text import clean_reply, is_emoji, nod_repeats, repeats
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Iterable
@@ -872,7 +872,7 @@ class ChannelWorker:
             tier = Tier(decision.action)
             text = clean_reply(decision.text, self.persona.names, status.tiers[tier].max_length)
             # Not what was just said, nor one of its own recent lines (a model copies, and so does a script); a nod only
-            # not its last nod again, nor an echo (see bots.text).
+            # not its last nod again, nor an echo (see bots.language.text).
             if tier is Tier.AIZUCHI:
                 # Its latest nod in the conversation the model was shown: the one its next nod must not be again.
                 mine = (m.text for m in reversed(shown) if m.author_id == self.persona.id and m.tier is Tier.AIZUCHI)

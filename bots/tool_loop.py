@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from arbiter import contract as wire
 from bots.errors import BotError, PostFailed
+from bots.language.text import neutralize_mentions
 from bots.llm.base import CompletionRequest, LLMError, ToolResult, ToolSpec, Turn
 from bots.planner import refused_outright, stale
 from bots.prompt import COLUMNS_NOTE, LANGUAGE_NAMES, length_limit, persona_prompt
 from bots.runtime import ChannelWorker, PersonaRuntime
-from bots.text import neutralize_mentions
 
 if TYPE_CHECKING:
     from bots.llm.base import ToolCall

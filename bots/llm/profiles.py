@@ -21,14 +21,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from bots.errors import BotError
 from bots.llm.base import ChatProvider, LLMAuthError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
 
-    from bots.persona import Persona
+    from bots.llm.scripted import Speaker
 
 __all__ = (
     "BUILTIN_PROFILES",
@@ -60,8 +59,9 @@ LOCAL_SERVERS = (
 _ENV_NAME = r"^[A-Z_][A-Z0-9_]*$"
 
 
-class ProfileError(BotError):
-    """A profile file or profile is invalid. The message names the file and the field."""
+class ProfileError(Exception):
+    """A profile file or profile is invalid. The message names the file and the field. (Not a provider error: no
+    call was made; the command line reports it as it reports the runtime's own.)"""
 
 
 class ProviderProfile(BaseModel):
@@ -235,7 +235,7 @@ def create_provider(
     profile: ProviderProfile,
     env: Mapping[str, str],
     *,
-    persona: Persona | None = None,
+    persona: Speaker | None = None,
     seed: int = 0,
 ) -> ChatProvider:
     """Build the profile's provider. The scripted provider speaks ``persona``'s sample lines in its language

@@ -15,8 +15,8 @@ import tomli_w
 
 from bots.check import check_personas
 from bots.colors import persona_color
+from bots.language.text import is_emoji
 from bots.persona import PersonaError, load_persona, load_personas
-from bots.text import is_emoji
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "personas"

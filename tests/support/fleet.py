@@ -85,7 +85,7 @@ async def eventually(condition: Callable[[], object], *, within: float = 5.0, wh
 
 
 def mentions_in(text: str) -> bool:
-    """Anything Discord would turn into a ping, checked independently of bots.text."""
+    """Anything Discord would turn into a ping, checked independently of bots.language.text."""
     return any(marker in text for marker in ("<@", "@everyone", "@here"))
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from bots.llm.scripted.lines import DEFAULT_AIZUCHI, DEFAULT_REMARKS, GENERIC, Lines
 from bots.llm.scripted.notes import kept_notes
-from bots.llm.scripted.provider import ScriptedProvider
+from bots.llm.scripted.provider import SampleSets, ScriptedProvider, Speaker
 from bots.llm.scripted.tokens import estimate_prompt_tokens, estimate_tokens
 from bots.llm.scripted.words import arithmetic, content_word
 
@@ -23,7 +23,9 @@ __all__ = (
     "DEFAULT_REMARKS",
     "GENERIC",
     "Lines",
+    "SampleSets",
     "ScriptedProvider",
+    "Speaker",
     "arithmetic",
     "content_word",
     "estimate_prompt_tokens",

@@ -7,9 +7,9 @@ arithmetic gets the number; a statement gets a nod, a remark, a question or a li
 message between others gets a nod at most, and nothing left to answer gets a pass. The persona's own lines come
 first, then the generic ones in its language.
 
-It keeps the runtime's no-repeat rule (:mod:`bots.text`): a remark is never one of its own last ``recent_window``
-lines (nor the same template), nor a line present in the conversation it was shown; a nod is not a sentence and
-may come again, only not as its previous nod nor as the words of the message it answers.
+It keeps the runtime's no-repeat rule (:mod:`bots.language.text`): a remark is never one of its own last
+``recent_window`` lines (nor the same template), nor a line present in the conversation it was shown; a nod is not
+a sentence and may come again, only not as its previous nod nor as the words of the message it answers.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, cast
 
 from arbiter.contract import display_length
-from bots.kinds import Kind
+from bots.language.kinds import Kind
+from bots.language.text import line_key, nod_repeats, repeats
 from bots.llm.base import ACTIONS, Action, Decision
-from bots.text import line_key, nod_repeats, repeats
 
 if TYPE_CHECKING:
     import random
@@ -178,7 +178,8 @@ class Voice:
 
     def _pick_nod(self, limit: int | None, cue: Cue, said: Said, *, relaxed: bool) -> tuple[Line, ...] | None:
         """A nod from the first pool with one that fits: at random among all of them, any said before included,
-        but not one that :func:`bots.text.nod_repeats` (its previous nod, or an echo of the message it answers)."""
+        but not one that :func:`bots.language.text.nod_repeats` (its previous nod, or an echo of the message it
+        answers)."""
 
         def usable(line: Line) -> bool:
             return (limit is None or display_length(line.text) <= limit) and (

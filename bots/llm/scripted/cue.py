@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from bots.kinds import Kind, asks_yes_or_no, message_kind
+from bots.language.kinds import Kind, asks_yes_or_no, message_kind
 from bots.llm.scripted.words import arithmetic, content_word
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from bots.kinds import Kind, message_kind
+from bots.language.kinds import Kind, message_kind
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

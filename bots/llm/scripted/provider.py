@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import random
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from bots.kinds import Kind
+from bots.language.kinds import Kind
 from bots.llm.base import (
     ACTIONS,
     DECIDE_TOOL,
@@ -46,11 +46,45 @@ if TYPE_CHECKING:
 
     from bots.llm.scene import Scene
     from bots.llm.scripted.words import Language
-    from bots.persona import Persona
 
-__all__ = ("ScriptedProvider",)
+__all__ = ("SampleSets", "ScriptedProvider", "Speaker")
 
 _RECENT_WINDOW = 30
+
+
+class SampleSets(Protocol):
+    """A persona's sample lines, set by set (``bots.persona.Samples`` is one)."""
+
+    @property
+    def aizuchi(self) -> Sequence[str]: ...
+    @property
+    def remarks(self) -> Sequence[str]: ...
+    @property
+    def greetings(self) -> Sequence[str]: ...
+    @property
+    def farewells(self) -> Sequence[str]: ...
+    @property
+    def thanks(self) -> Sequence[str]: ...
+    @property
+    def answers(self) -> Sequence[str]: ...
+    @property
+    def unsure(self) -> Sequence[str]: ...
+    @property
+    def questions(self) -> Sequence[str]: ...
+    @property
+    def echoes(self) -> Sequence[str]: ...
+
+
+class Speaker(Protocol):
+    """What the stand-in reads of a persona (``bots.persona.Persona`` is one): said as a protocol so that the
+    provider library does not import the runtime's persona files."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def language(self) -> Language: ...
+    @property
+    def samples(self) -> SampleSets: ...
 
 
 class ScriptedProvider(ChatProvider):
@@ -106,7 +140,7 @@ class ScriptedProvider(ChatProvider):
 
     @classmethod
     def for_persona(
-        cls, persona: Persona, *, seed: int, latency_s: float = 0.0, recent_window: int = _RECENT_WINDOW
+        cls, persona: Speaker, *, seed: int, latency_s: float = 0.0, recent_window: int = _RECENT_WINDOW
     ) -> ScriptedProvider:
         """The provider speaking ``persona``'s sample lines, in its language."""
         samples = persona.samples

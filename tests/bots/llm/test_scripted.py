@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from arbiter.contract import AuthorKind, MessageView, StatusView, Tier
+from bots.language.text import is_emoji, nod_repeats, repeats
 from bots.llm import (
     ChatProvider,
     Completion,
@@ -37,7 +38,6 @@ from bots.llm.scripted import GENERIC, arithmetic, content_word
 from bots.persona import load_persona
 from bots.prompt import persona_prompt, rules_prompt, transcript_turn
 from bots.scene import scene_of
-from bots.text import is_emoji, nod_repeats, repeats
 from tests.support.lines import built_from, set_of
 from tests.support.status import status_for
 
@@ -364,8 +364,8 @@ SCRIPT_JA = [
 async def test_over_a_long_run_no_remark_repeats_its_last_30_lines_and_no_nod_its_last_nod(
     persona_id: str, seed: int
 ) -> None:
-    # bots.text's rule, by tier: a remark is never one of its own last 30 lines (nods included) nor a line shown;
-    # a nod may come again, only not as its previous nod nor as the words of the message it answers.
+    # bots.language.text's rule, by tier: a remark is never one of its own last 30 lines (nods included) nor a line
+    # shown; a nod may come again, only not as its previous nod nor as the words of the message it answers.
     persona = shipped(persona_id)
     provider = ScriptedProvider.for_persona(persona, seed=seed)
     room = Room(persona)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bots.kinds import Kind, asks_for_explanation, asks_yes_or_no, is_question, message_kind
+from bots.language.kinds import Kind, asks_for_explanation, asks_yes_or_no, is_question, message_kind
 
 KINDS = [
     # greetings

@@ -9,10 +9,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from arbiter.contract import display_length
-from bots.text import clean_reply, cut_to_length, has_mention, line_key, neutralize_mentions, nod_repeats, repeats
+from bots.language.text import (
+    clean_reply,
+    cut_to_length,
+    has_mention,
+    line_key,
+    neutralize_mentions,
+    nod_repeats,
+    repeats,
+)
 
 NAMES = ("Aoi", "あおい")
-# What Discord turns into a ping, written independently of bots.text.
+# What Discord turns into a ping, written independently of bots.language.text.
 PING = re.compile(r"<@[!&]?\d+>|@(everyone|here)\b", re.IGNORECASE)
 
 
