@@ -4,6 +4,8 @@
   no other part of the arbiter.
 - ``bots/`` imports nothing from ``arbiter`` except ``arbiter.contract``.
 - ``arbiter/`` never imports ``bots``.
+- ``bots/llm`` (the provider library) imports nothing else of ``bots`` but ``bots/language``, a leaf that imports
+  nothing else of ``bots`` at all: the runtime uses the providers, never the other way round.
 - No module imports another's private (``_``) names, and no two packages import each other (a package may use its
   parent's modules and its own subpackages).
 
@@ -84,6 +86,14 @@ def arbiter_may_import(module: str) -> bool:
     return not _within(module, "bots")
 
 
+def language_may_import(module: str) -> bool:
+    return bots_may_import(module) and (not _within(module, "bots") or _within(module, "bots.language"))
+
+
+def llm_may_import(module: str) -> bool:
+    return language_may_import(module) or _within(module, "bots.llm")
+
+
 def _sources(folder: str, root: Path = ROOT) -> list[Path]:
     return sorted((root / folder).rglob("*.py"))
 
@@ -112,6 +122,12 @@ def test_bots_import_only_the_contract_from_the_arbiter() -> None:
 def test_the_arbiter_never_imports_bots() -> None:
     assert _sources("arbiter")
     assert violations("arbiter", arbiter_may_import) == []
+
+
+def test_the_provider_library_never_imports_the_runtime() -> None:
+    assert _sources("bots/llm") and _sources("bots/language")
+    assert violations("bots/llm", llm_may_import) == []
+    assert violations("bots/language", language_may_import) == []
 
 
 OURS = ("arbiter", "bots", "aizuchi", "bench")
@@ -240,6 +256,15 @@ def test_a_forbidden_import_in_a_new_file_is_reported(tmp_path: Path) -> None:
         "from arbiter import contract\nfrom ...arbiter.core.rules import level\n", encoding="utf-8"
     )
     assert violations("bots", bots_may_import, tmp_path) == ["bots/llm/new.py:2 imports arbiter.core.rules.level"]
+
+
+def test_the_provider_library_importing_the_runtime_is_reported(tmp_path: Path) -> None:
+    (tmp_path / "bots" / "llm").mkdir(parents=True)
+    (tmp_path / "bots" / "llm" / "new.py").write_text(
+        "from bots.language.kinds import Kind\nfrom bots.llm.base import Usage\nfrom ..persona import Persona\n",
+        encoding="utf-8",
+    )
+    assert violations("bots/llm", llm_may_import, tmp_path) == ["bots/llm/new.py:3 imports bots.persona.Persona"]
 
 
 def test_a_private_import_and_a_package_cycle_are_reported(tmp_path: Path) -> None:
