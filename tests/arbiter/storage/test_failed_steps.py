@@ -29,7 +29,7 @@ from arbiter.storage.migrate import migrate
 from arbiter.storage.writer import BatchWriter
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Sequence
+    from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
     from arbiter.events import Event
     from arbiter.storage.writer import WriteTx
@@ -136,16 +136,16 @@ async def batch(
 
 
 async def check_no_trace(served: Writer, outcomes: list[Any], expected_error: type[ArbiterError]) -> None:
-    good_before, failed, good_after = outcomes
+    before, failed, after = outcomes
     assert isinstance(failed, expected_error), failed
-    assert (good_before, good_after) == (2, 2)
-    # One batch: the failed step ran beside the first good one, which ran beside the second (a batch in which a step
-    # failed unexpectedly may run again without it).
-    assert served.batched_together("good before", "bad")
-    assert served.batched_together("good before", "good after")
-    assert await served.history(GOOD) == ["first", "before"]
-    assert await served.history(BAD) == ["kept", "after"]  # the failed step's message is not there, nor its seq
-    for channel_id, last_seq in ((GOOD, 2), (BAD, 2)):
+    assert (before, after) == (2, 3)  # the failed step's seq is not taken
+    # One batch: the failed step ran beside the step before it, which ran beside the one after it (a batch in which a
+    # step failed after writing rows runs again without it).
+    assert served.batched_together("before", "bad")
+    assert served.batched_together("before", "after")
+    assert await served.history(GOOD) == ["first"]
+    assert await served.history(BAD) == ["kept", "before", "after"]
+    for channel_id, last_seq in ((GOOD, 1), (BAD, 3)):
         remembered = await served.writer.remembered(channel_id)
         if remembered is not None:  # (PostgreSQL: remembered while no other process changed it)
             assert remembered.last_seq == last_seq
@@ -156,8 +156,13 @@ async def check_no_trace(served: Writer, outcomes: list[Any], expected_error: ty
 
 
 async def fails_after_it_changed(
-    database_url: str, clock: FakeClock, bad: Callable[[WriteTx], Any], expected_error: type[ArbiterError]
-) -> Writer:
+    database_url: str,
+    clock: FakeClock,
+    bad: Callable[[WriteTx], Any],
+    expected_error: type[ArbiterError],
+    also: Callable[[Writer], Awaitable[None]] | None = None,
+) -> None:
+    """``bad`` runs in a batch between two steps on its channel, and fails; ``also`` checks more."""
     async with writer_on(database_url, clock) as served:
         for channel_id in (GOOD, BAD):
             await served.writer.run(lambda tx, cid=channel_id: create(tx, cid), (channel_id,))
@@ -166,16 +171,17 @@ async def fails_after_it_changed(
             served,
             database_url,
             [
-                (served.step("good before", lambda tx: say(tx, GOOD, "before")), (GOOD,)),
+                (served.step("before", lambda tx: say(tx, BAD, "before")), (BAD,)),
                 (served.step("bad", bad), (BAD,)),
-                (served.step("good after", lambda tx: say(tx, BAD, "after")), (BAD,)),
+                (served.step("after", lambda tx: say(tx, BAD, "after")), (BAD,)),
             ],
         )
         await check_no_trace(served, outcomes, expected_error)
+        if also is not None:
+            await also(served)
         # The writer carries on from what was committed.
-        assert await served.writer.run(lambda tx: say(tx, BAD, "later"), (BAD,)) == 3
-        assert await served.history(BAD) == ["kept", "after", "later"]
-        return served
+        assert await served.writer.run(lambda tx: say(tx, BAD, "later"), (BAD,)) == 4
+        assert await served.history(BAD) == ["kept", "before", "after", "later"]
 
 
 def marked(served: Writer) -> list[str]:
@@ -216,10 +222,11 @@ async def test_a_step_that_raises_after_writing_rows_leaves_no_trace(database_ur
         tx.delete_history(BAD)
         conflict(tx)
 
-    served = await fails_after_it_changed(database_url, clock, bad, ConflictError)
-    async with writer_on(database_url, clock) as again:  # (the first writer is closed: read the database)
-        assert await again.database.read(repo.load_memories, BAD) == []
-    del served
+    async def nothing_stored(served: Writer) -> None:
+        assert await served.database.read(repo.load_memories, BAD) == []
+        assert await served.database.read(repo.usage, BAD, 1) == {}
+
+    await fails_after_it_changed(database_url, clock, bad, ConflictError, nothing_stored)
 
 
 @pytest.mark.parametrize("error", [ConflictError("no", code="test"), RuntimeError("a bug")])
