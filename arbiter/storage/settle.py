@@ -110,7 +110,7 @@ def settle(pending: list[Op[Any]], memory: Remembered, *, optimistic: bool) -> S
     locked_only = not optimistic
     while pending:
         try:
-            done = yield Attempt(pending, optimistic)
+            done = yield Attempt(list(pending), optimistic)  # (a copy: a failed step is taken out of pending)
         except NeedsLock:
             optimistic = False
             continue
