@@ -107,7 +107,7 @@ def settle(pending: list[Op[Any]], memory: Remembered, *, optimistic: bool) -> S
     transaction. A write the database refused is tried again in halves until only the operation at fault fails
     (:func:`one_write_refused`). The state remembered changes only with what committed."""
     failed: Outcomes = []
-    locked_only = not optimistic
+    optimistic_first = optimistic  # (so each half of a refused batch tries the one-statement commit first again)
     while pending:
         try:
             done = yield Attempt(list(pending), optimistic)  # (a copy: a failed step is taken out of pending)
@@ -126,8 +126,8 @@ def settle(pending: list[Op[Any]], memory: Remembered, *, optimistic: bool) -> S
             if not optimistic and one_write_refused(error, len(pending)):
                 _log.debug("the database refused a batch of %d operations; writing it in halves", len(pending))
                 middle = len(pending) // 2
-                first, first_events = yield from settle(pending[:middle], memory, optimistic=not locked_only)
-                second, second_events = yield from settle(pending[middle:], memory, optimistic=not locked_only)
+                first, first_events = yield from settle(pending[:middle], memory, optimistic=optimistic_first)
+                second, second_events = yield from settle(pending[middle:], memory, optimistic=optimistic_first)
                 return [*failed, *first, *second], [*first_events, *second_events]
             # A connection lost on the way may have committed or not: start over from the database.
             memory.clear()
