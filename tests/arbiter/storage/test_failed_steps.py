@@ -245,3 +245,43 @@ async def test_a_failed_step_in_a_batch_of_one_leaves_no_trace(
         assert await served.history(BAD) == []
         assert await served.writer.run(lambda tx: say(tx, BAD, "next"), (BAD,)) == 1
         assert "failed" not in marked(served)
+
+
+async def test_notes_and_tokens_of_a_failed_step_are_not_counted_with_the_next_ones(
+    database_url: str, clock: FakeClock
+) -> None:
+    """Notes and tokens a step gathered for the batch's commit (PostgreSQL's one statement) go with it when it fails:
+    the next step's notes for the same persona are stored, and only its tokens counted."""
+
+    def notes(seq: int, topic: str) -> Callable[[WriteTx], bool]:
+        def step(tx: WriteTx) -> bool:
+            say(tx, BAD, topic)
+            tx.add_usage(BAD, "hana", day=1, tokens=(seq, seq))
+            return tx.save_memory(Memory(BAD, "hana", seq, {"topic": topic}, tx.now()))
+
+        return step
+
+    def bad(tx: WriteTx) -> None:
+        notes(1, "failed")(tx)
+        conflict(tx)
+
+    async with writer_on(database_url, clock) as served:
+        await served.writer.run(lambda tx: create(tx, BAD), (BAD,))
+        await served.writer.run(lambda tx: create(tx, GOOD), (GOOD,))
+        before, failed, after = await batch(
+            served,
+            database_url,
+            [
+                (served.step("before", lambda tx: say(tx, BAD, "before")), (BAD,)),
+                (served.step("bad", bad), (BAD,)),
+                (served.step("after", notes(1, "after")), (BAD,)),
+            ],
+        )
+        assert (before, after) == (1, True)
+        assert isinstance(failed, ConflictError)
+        assert served.batched_together("before", "bad") and served.batched_together("before", "after")
+        stored = await served.database.read(repo.load_memories, BAD)
+        assert [(memory.seq, memory.state) for memory in stored] == [(1, {"topic": "after"})]
+        assert await served.database.read(repo.usage, BAD, 1) == {"hana": (1, 1, 1)}
+        assert await served.history(BAD) == ["before", "after"]
+        assert "failed" not in marked(served)
