@@ -23,7 +23,7 @@ from aizuchi.errors import FleetStopped
 from aizuchi.readiness import Cause, Kind, ReadinessWatch, Verdict, give_up_message, unreadable
 from aizuchi.settings import DiscordReconnects
 from tests.support.clock import FakeClock
-from tests.support.fleet import eventually
+from tests.support.eventually import eventually
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 
 from bots.persona import Persona, load_persona
-from tests.support.fleet import eventually
+from tests.support.eventually import eventually
 from tests.support.lines import built_from, set_of, sets_of
 from tests.support.process import Aizuchi, dotenv
 

@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.support.fleet import eventually
+from tests.support.eventually import eventually
 from tests.support.llm_server import FakeLLMServer, decision_reply
 from tests.support.process import Aizuchi, dotenv, run_to_end
 

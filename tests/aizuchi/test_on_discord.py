@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import pytest
 
+from tests.support.eventually import eventually
 from tests.support.fake_discord import FakeDiscord, Overwrite, Perm
-from tests.support.fleet import eventually
 from tests.support.llm_server import FakeLLMServer
 from tests.support.owner import ADMIN, LISTENING, enabled, follows, write_dotenv
 from tests.support.process import Aizuchi
@@ -34,14 +34,13 @@ if TYPE_CHECKING:
     from tests.support.fake_discord import FakeBot, FakeChannel, FakeMessage
 
 
-async def answer_from(world: World, persona: str, after: FakeMessage, within: float = 20.0) -> FakeMessage:
+async def answer_from(world: World, persona: str, after: FakeMessage) -> FakeMessage:
     account = world.personas[persona]
-    async with asyncio.timeout(within):
-        while True:
-            found = [m for m in world.lounge.messages if m.author is account and m.id > after.id]
-            if found:
-                return found[0]
-            await asyncio.sleep(0.05)
+
+    def answers() -> list[FakeMessage]:
+        return [m for m in world.lounge.messages if m.author is account and m.id > after.id]
+
+    return (await eventually(answers, what=f"{persona}'s answer after message {after.id}"))[0]
 
 
 def secrets_of(world: World) -> list[str]:
@@ -189,7 +188,7 @@ async def test_a_persona_that_may_not_post_warns_once_and_asks_no_model(
             await follows(fleet, "rin", quiet)
             for text in ("Rin?", "Rin, are you there?", "Rin, say something!"):
                 await fake.human_says(quiet, world.member, text)
-            await asyncio.sleep(2.0)  # long enough for her to have answered each
+            await asyncio.sleep(2.0)  # a span for her to answer each: she must stay silent, and say why only once
             status = await fleet.stop()
 
     assert status == 0

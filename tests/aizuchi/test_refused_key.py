@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import pytest
 
-from tests.support.fleet import eventually
+from tests.support.eventually import eventually
 from tests.support.llm_server import FakeLLMServer
 from tests.support.process import Aizuchi, dotenv
 

@@ -23,8 +23,9 @@ from arbiter.discord_bot.bot import CATCH_UP_LIMIT, CATCH_UP_WINDOW_S
 from tests.conftest import PERSONA_TOKENS
 from tests.discord.conftest import CREW_ROLE
 from tests.discord.fleet import discord_fleet, eager
+from tests.support.eventually import eventually
 from tests.support.fake_discord import FAST_READY, FakeDiscord, Overwrite, Perm, RecordingClient, running
-from tests.support.fleet import eventually, live_arbiter
+from tests.support.fleet import live_arbiter
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

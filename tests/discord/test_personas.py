@@ -16,8 +16,9 @@ from bots.discord_client import PersonaClient
 from bots.errors import PostFailed
 from bots.platforms.discord import DiscordPlatform
 from tests.discord.fleet import SLOW_REFUNDS, discord_fleet, eager
+from tests.support.eventually import eventually
 from tests.support.fake_discord import FAST_READY, Intent, Op, Overwrite, Perm, RecordingClient, running
-from tests.support.fleet import eventually, make_persona
+from tests.support.fleet import make_persona
 
 if TYPE_CHECKING:
     from tests.discord.conftest import World

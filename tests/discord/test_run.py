@@ -25,8 +25,9 @@ from bots.settings import BotsSettings, Environment
 from tests.conftest import ADMIN_TOKEN
 from tests.discord.conftest import CREW_ROLE, arbiter_bot, build_world
 from tests.support.arbiters import Api
+from tests.support.eventually import eventually
 from tests.support.fake_discord import running
-from tests.support.fleet import eventually, live_arbiter
+from tests.support.fleet import live_arbiter
 from tests.support.llm_server import FAKE_KEY, FAKE_KEY_ENV, FakeLLMServer, decision_reply, delayed
 from tests.support.room import PERSONAS_DIR, ROOM_PERSONAS
 
