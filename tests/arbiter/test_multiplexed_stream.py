@@ -25,10 +25,10 @@ from hypothesis import strategies as st
 from arbiter.contract import Tier
 from tests.conftest import ADMIN_TOKEN, auth
 from tests.support.arbiters import serve
-from tests.support.events import next_frame
+from tests.support.events import frames_until, next_frame
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator
 
     from aiohttp import ClientWebSocketResponse
     from aiohttp.test_utils import TestClient
@@ -52,13 +52,6 @@ async def arbiters(database_url: str, clock: FakeClock) -> AsyncIterator[list[Se
 
 async def subscribe(ws: Socket, **after: int | None) -> None:
     await ws.send_str(json.dumps({"subscribe": [{"channel": c, "after": a} for c, a in after.items()]}))
-
-
-async def frames_until(ws: Socket, done: Callable[[dict[str, Any]], bool], within: float = 5.0) -> list[dict[str, Any]]:
-    frames: list[dict[str, Any]] = []
-    while not frames or not done(frames[-1]):
-        frames.append(await next_frame(ws, within))
-    return frames
 
 
 def seqs(frames: list[dict[str, Any]], channel: str) -> list[int]:
