@@ -26,6 +26,7 @@ from arbiter.contract import Tier
 from tests.conftest import ADMIN_TOKEN, auth
 from tests.support.arbiters import serve
 from tests.support.events import frames_until, next_frame
+from tests.support.eventually import eventually
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -353,7 +354,9 @@ async def test_skipped_kinds_are_not_sent_but_the_level_that_ends_a_replay_is(
         frame = await next_frame(ws)
         assert (frame["type"], frame["message"]["seq"]) == ("message", said.seq)  # no claim, no level before it
         await ws.send_str(json.dumps({"skip": []}))  # every kind again
-        await asyncio.sleep(0.05)
+        # Commands are taken in order: once the status asked after it comes, the skip is no more.
+        await ask(ws, {"channel": "lobby"})
+        assert [f["type"] for f in await frames_until(ws, lambda f: f["type"] == "status")] == ["status"]
         await service.release("lobby", "kai", claimed.claim.claim_id)
         assert [(await next_frame(ws))["type"] for _ in range(2)] == ["claim", "level"]
 
@@ -411,7 +414,7 @@ async def test_unsubscribing_stops_a_channel_and_subscribing_again_restarts_it(
         await frames_until(ws, lambda f: f["type"] == "level")
         await frames_until(ws, lambda f: f["type"] == "level")
         await ws.send_str(json.dumps({"unsubscribe": ["lobby"]}))
-        await asyncio.sleep(0.05)
+        await eventually(lambda: not arbiter.hub.watching("lobby"), what="the stream to leave lobby")
         await service.record_message("lobby", author_id="u1", author_name="Yui", text="unheard")
         hall = await service.record_message("hall", author_id="u1", author_name="Yui", text="heard")
         frame = await next_frame(ws)
