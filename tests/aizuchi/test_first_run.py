@@ -52,7 +52,7 @@ async def rin_answers(fleet: Aizuchi, base: str, llm: FakeLLMServer) -> dict[str
     """Ann asks Rin how she is: Rin's one answer (or, if none comes, what the server refused and the log)."""
     await say(base, "Rin, how are you today?")
     try:
-        await eventually(lambda: persona_lines(base), within=20.0, what="rin answers")
+        await eventually(lambda: persona_lines(base), what="rin answers")
     except AssertionError as failed:
         raise AssertionError(f"{failed}; refused: {llm.refusals}; log:\n{fleet.stderr}") from None
     [line] = await persona_lines(base)

@@ -158,13 +158,13 @@ async def test_a_network_drop_or_an_event_discord_py_chokes_on_costs_a_reconnect
         await enabled(fleet, fake, world)
         await follows(fleet, "rin", world.lounge)
         await fake.drop(world.arbiter)  # the network fails under the arbiter's bot: discord.py resumes by itself
-        await fake.wait_until(lambda: fake.connected(world.arbiter), within=15.0, what="the arbiter's bot back")
+        await fake.wait_until(lambda: fake.connected(world.arbiter), what="the arbiter's bot back")
         # A channel payload without a field discord.py's parser takes for granted.
         payload = world.lounge.payload()
         del payload["position"]
         await fake.send_raw(world.personas["rin"], "CHANNEL_UPDATE", payload)
         await fleet.wait_for(r"rin's bot lost Discord \(KeyError: 'position'\); connecting again", "stderr")
-        await fake.wait_until(lambda: fake.connected(world.personas["rin"]), within=10.0, what="rin back")
+        await fake.wait_until(lambda: fake.connected(world.personas["rin"]), what="rin back")
         question = await fake.human_says(world.lounge, world.member, "Rin, are you back?")
         await answer_from(world, "rin", question)
         status = await fleet.stop()
@@ -219,7 +219,7 @@ async def test_what_was_said_while_the_fleet_was_down_is_in_the_history_once_in_
     for _ in range(2):  # and a second start records nothing twice
         async with Aizuchi.start(tmp_path, "run") as fleet:
             url = (await fleet.wait_for(LISTENING)).group(1)
-            await fake.wait_connected(world.arbiter, within=20.0)
+            await fake.wait_connected(world.arbiter)
 
             async def recorded(url: str = url) -> list[dict[str, Any]]:
                 history = await admin_history(url, world.lounge)
@@ -228,7 +228,7 @@ async def test_what_was_said_while_the_fleet_was_down_is_in_the_history_once_in_
             async def all_of_them(recorded: Callable[[], Awaitable[list[Any]]] = recorded) -> bool:
                 return len(await recorded()) >= len(missed)
 
-            await eventually(all_of_them, within=20.0, what="the missed messages recorded")
+            await eventually(all_of_them, what="the missed messages recorded")
             caught_up = await recorded()
             assert await fleet.stop() == 0
 

@@ -421,7 +421,7 @@ async def test_an_edit_whose_event_it_cannot_read_reaches_the_history_after_the_
         async def edited() -> bool:
             return (await history(arbiter, lounge))[0].text == "meet at the station"
 
-        await eventually(edited, within=10.0, what="the edit read back")
+        await eventually(edited, what="the edit read back")
         await eventually(lambda: not bot._catch_ups, what="the catch-up done")
 
 
