@@ -52,7 +52,7 @@ async def test_the_offline_personas_answer_the_person_and_let_them_go(tmp_path: 
 
         hello = await porch.say("Hi everyone!")
         await eventually(lambda: _count(porch, hello, 2), what="two personas greet back")
-        await asyncio.sleep(3.0)  # the third may still come
+        await asyncio.sleep(3.0)  # a span, not a wait: the third may greet or not, and no one may say goodbye
         greetings = await porch.replies(hello)
 
         asked = await porch.say("Juno, what's your favourite book?")
@@ -61,7 +61,7 @@ async def test_the_offline_personas_answer_the_person_and_let_them_go(tmp_path: 
 
         night = await porch.say("Good night everyone!")
         await eventually(lambda: _count(porch, night, 1), what="a good night back")
-        await asyncio.sleep(12.0)  # long enough for a goodbye chain to start
+        await asyncio.sleep(12.0)  # a span, not a wait: long enough for a goodbye chain to start, if one would
         goodnights = await porch.replies(night)
         assert await fleet.stop() == 0
 

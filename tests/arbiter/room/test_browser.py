@@ -561,7 +561,7 @@ async def test_the_room_on_a_phone_and_a_desktop_in_light_and_dark(browser: Brow
                 "(li) => li.dataset.authorKind === 'persona' && Number(li.dataset.seq) > seq)",
                 arg=asked,
             )
-            await asyncio.sleep(1.5)  # a nod or two more
+            await asyncio.sleep(1.5)  # a span for a nod or two more, for the picture: none is asserted
         await page.wait_for_function(CHART_DRAWN)
 
         # The page that was there for the conversation (its chart shows it) on a desktop in the light theme; a new
