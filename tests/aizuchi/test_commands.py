@@ -95,7 +95,13 @@ async def test_make_run_without_tokens_opens_a_room_where_personas_answer(tmp_pa
         answer = await wait_for_persona_message(room)
         assert answer["author_id"] in {"rin", "theo", "juno"}
         assert answer["tier"] in {"aizuchi", "remark", "long"}
-        before = await room.history()
+
+        async def linked() -> list[dict[str, Any]]:
+            """The history once every persona message in it has the id the room gave it (linked just after)."""
+            history = await room.history()
+            return history if all(m["platform_message_id"] for m in history if m["author_kind"] == "persona") else []
+
+        before = await eventually(linked, what="the persona messages linked to the room's ids", every=0.1)
         assert await room.stop() == 0
         assert "Traceback" not in room.running.stderr
 
