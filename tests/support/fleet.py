@@ -48,6 +48,7 @@ __all__ = (
     "Live",
     "RecordingProvider",
     "RequestLog",
+    "eventually",  # tests.support.eventually's, still importable from here for branches written before it moved
     "live_arbiter",
     "make_persona",
     "mentions_in",
