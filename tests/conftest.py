@@ -42,6 +42,17 @@ def make_settings(database_url: str, **overrides: Any) -> ArbiterSettings:
     )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark what a test needs by the fixtures it uses, so that ``-m "not postgres and not browser"`` runs every test
+    that needs neither a PostgreSQL server nor Chromium (tests/README.md)."""
+    for item in items:
+        needs = set(getattr(item, "fixturenames", ()))
+        if "postgres_url" in needs:
+            item.add_marker(pytest.mark.postgres)
+        if "browser" in needs:
+            item.add_marker(pytest.mark.browser)
+
+
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeDiscord]:
     """A local Discord (REST API and gateway) that discord.py clients in this process connect to."""

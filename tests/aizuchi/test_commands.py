@@ -8,17 +8,17 @@ missing persona directory end it with one clear line, not a traceback.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import os
 import re
-import signal
 import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import pytest
+
+from tests.support.eventually import eventually
+from tests.support.process import Aizuchi, clean_environment
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -28,18 +28,14 @@ ROOM_LINE = re.compile(r"aizuchi local room: open (http://127\.0\.0\.1:\d+)/room
 ROOM = "porch"
 
 
+def settings_of(workdir: Path, **extra: str) -> dict[str, str]:
+    """What the test sets for ``aizuchi``: a database in ``workdir``, any free port, and ``extra``."""
+    return {"ARBITER_DATABASE_URL": f"sqlite:///{workdir / 'aizuchi.db'}", "ARBITER_PORT": "0", **extra}
+
+
 def environment(workdir: Path, **extra: str) -> dict[str, str]:
     """The user's environment without anything that would take the fleet to Discord or a paid model."""
-    keep = {key: value for key, value in os.environ.items() if not key.startswith(("ARBITER_", "AIZUCHI_"))}
-    for key in [key for key in keep if key.endswith(("_DISCORD_TOKEN", "_API_KEY"))]:
-        del keep[key]
-    return {
-        **keep,
-        "ARBITER_DATABASE_URL": f"sqlite:///{workdir / 'aizuchi.db'}",
-        "ARBITER_PORT": "0",
-        "PYTHONUNBUFFERED": "1",
-        **extra,
-    }
+    return clean_environment(**settings_of(workdir, **extra))
 
 
 def run_to_end(workdir: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -55,8 +51,8 @@ def run_to_end(workdir: Path, *args: str, **env: str) -> subprocess.CompletedPro
 
 
 class Fleet:
-    def __init__(self, process: asyncio.subprocess.Process, base: str, session: aiohttp.ClientSession) -> None:
-        self.process = process
+    def __init__(self, running: Aizuchi, base: str, session: aiohttp.ClientSession) -> None:
+        self.running = running
         self.base = base
         self.session = session
 
@@ -73,51 +69,22 @@ class Fleet:
         return list((await self.get(f"/room/api/{ROOM}/snapshot"))["history"])
 
     async def stop(self) -> int:
-        self.process.send_signal(signal.SIGTERM)
-        return await asyncio.wait_for(self.process.wait(), timeout=10)
+        return await self.running.stop(within=10)
 
 
 @contextlib.asynccontextmanager
 async def fleet(workdir: Path) -> AsyncIterator[Fleet]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "aizuchi",
-        "run",
-        cwd=workdir,
-        env=environment(workdir),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert process.stdout is not None
-    try:
-        base = None
-        async with asyncio.timeout(30):
-            while base is None:
-                line = (await process.stdout.readline()).decode()
-                assert line, f"aizuchi run ended before it opened the room: {await _stderr(process)}"
-                found = ROOM_LINE.search(line)
-                base = found.group(1) if found else None
+    async with Aizuchi.start(workdir, "run", env=settings_of(workdir)) as running:
+        base = (await running.wait_for(ROOM_LINE.pattern)).group(1)
         async with aiohttp.ClientSession() as session:
-            yield Fleet(process, base, session)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+            yield Fleet(running, base, session)
 
 
-async def _stderr(process: asyncio.subprocess.Process) -> str:
-    assert process.stderr is not None
-    return (await process.stderr.read()).decode()
+async def wait_for_persona_message(room: Fleet) -> dict[str, Any]:
+    async def persona_said() -> list[dict[str, Any]]:
+        return [m for m in await room.history() if m["author_kind"] == "persona"]
 
-
-async def wait_for_persona_message(room: Fleet, within: float = 30.0) -> dict[str, Any]:
-    async with asyncio.timeout(within):
-        while True:
-            said = [m for m in await room.history() if m["author_kind"] == "persona"]
-            if said:
-                return said[0]
-            await asyncio.sleep(0.2)
+    return (await eventually(persona_said, what="a persona's message in the room", every=0.2))[0]
 
 
 async def test_make_run_without_tokens_opens_a_room_where_personas_answer(tmp_path: Path) -> None:
@@ -128,9 +95,15 @@ async def test_make_run_without_tokens_opens_a_room_where_personas_answer(tmp_pa
         answer = await wait_for_persona_message(room)
         assert answer["author_id"] in {"rin", "theo", "juno"}
         assert answer["tier"] in {"aizuchi", "remark", "long"}
-        before = await room.history()
+
+        async def linked() -> list[dict[str, Any]]:
+            """The history once every persona message in it has the id the room gave it (linked just after)."""
+            history = await room.history()
+            return history if all(m["platform_message_id"] for m in history if m["author_kind"] == "persona") else []
+
+        before = await eventually(linked, what="the persona messages linked to the room's ids", every=0.1)
         assert await room.stop() == 0
-        assert "Traceback" not in await _stderr(room.process)
+        assert "Traceback" not in room.running.stderr
 
     async with fleet(tmp_path) as room:
         # The same database: the conversation is still there, message for message.

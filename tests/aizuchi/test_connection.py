@@ -23,7 +23,7 @@ from aizuchi.errors import FleetStopped
 from aizuchi.readiness import Cause, Kind, ReadinessWatch, Verdict, give_up_message, unreadable
 from aizuchi.settings import DiscordReconnects
 from tests.support.clock import FakeClock
-from tests.support.fleet import eventually
+from tests.support.eventually import eventually
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -41,7 +41,7 @@ async def connected(bot: discord.Client, token: str) -> asyncio.Task[None]:
     quick = Backoff(first_s=0.05, max_s=0.2)
     task = asyncio.create_task(stay_connected(bot, token, ACCOUNT, backoff=quick, rng=random.Random(1)))
     # Not wait_until_ready(): it may only be called once the client has logged in.
-    await eventually(bot.is_ready, within=10.0, what="the client is ready")
+    await eventually(bot.is_ready, what="the client is ready")
     return task
 
 
@@ -92,7 +92,7 @@ async def test_an_event_it_cannot_parse_costs_a_new_session_and_the_old_socket_i
     payload = channel.payload()
     del payload["position"]
     await fake.send_raw(account, "CHANNEL_UPDATE", payload)
-    await fake.wait_until(lambda: len(fake.sessions) > sessions and fake.connected(account), within=10.0)
+    await fake.wait_until(lambda: len(fake.sessions) > sessions and fake.connected(account))
     live = [s for s in fake.sessions if s.connection is not None and not s.connection.closed]
     await bot.close()
     await asyncio.wait_for(task, 5)
@@ -407,12 +407,12 @@ async def test_one_event_it_cannot_read_after_it_was_ready_only_costs_a_new_sess
     once = DiscordReconnects(tries=1, within_s=20.0, backoff_s=0.02, _env_file=None)
     bot = Sharded()
     task = asyncio.create_task(stay_connected(bot, account.token, ACCOUNT, reconnects=once, rng=random.Random(1)))
-    await eventually(lambda: bot.shards_ready == [0], within=10.0, what="the client is ready")
+    await eventually(lambda: bot.shards_ready == [0], what="the client is ready")
 
     payload = channel.payload()
     del payload["position"]
     await fake.send_raw(account, "CHANNEL_UPDATE", payload)
-    await eventually(lambda: bot.shards_ready == [0, 0], within=10.0, what="ready on a new session")
+    await eventually(lambda: bot.shards_ready == [0, 0], what="ready on a new session")
 
     assert account.identified == 2
     assert not task.done()  # even with tries=1: a session lost after it was ready is not a failed try
@@ -430,9 +430,9 @@ async def test_a_session_that_becomes_ready_again_starts_the_count_over(fake: Fa
     task = asyncio.create_task(stay_connected(bot, account.token, ACCOUNT, reconnects=twice, rng=random.Random(1)))
 
     async def one_failed_session_then_a_good_one(round_: int) -> None:
-        await fake.wait_until(lambda: account.identified == 2 * round_ - 1, within=10.0)
+        await fake.wait_until(lambda: account.identified == 2 * round_ - 1)
         fake.mend(account)
-        await eventually(lambda: len(bot.shards_ready) == round_, within=10.0, what="ready")
+        await eventually(lambda: len(bot.shards_ready) == round_, what="ready")
 
     for round_ in (1, 2):
         await one_failed_session_then_a_good_one(round_)

@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.support.fleet import eventually
+from tests.support.eventually import eventually
 from tests.support.llm_server import FakeLLMServer, decision_reply
 from tests.support.process import Aizuchi, dotenv, run_to_end
 
@@ -52,7 +52,7 @@ async def rin_answers(fleet: Aizuchi, base: str, llm: FakeLLMServer) -> dict[str
     """Ann asks Rin how she is: Rin's one answer (or, if none comes, what the server refused and the log)."""
     await say(base, "Rin, how are you today?")
     try:
-        await eventually(lambda: persona_lines(base), within=20.0, what="rin answers")
+        await eventually(lambda: persona_lines(base), what="rin answers")
     except AssertionError as failed:
         raise AssertionError(f"{failed}; refused: {llm.refusals}; log:\n{fleet.stderr}") from None
     [line] = await persona_lines(base)

@@ -3,7 +3,6 @@ answers in the local room; and what is wrong with a persona's servers is said at
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import sys
 from pathlib import Path
@@ -11,7 +10,9 @@ from typing import Any
 
 import aiohttp
 
-from tests.aizuchi.test_commands import ROOM, ROOM_LINE, environment, run_to_end
+from tests.aizuchi.test_commands import ROOM, ROOM_LINE, run_to_end, settings_of
+from tests.support.eventually import eventually
+from tests.support.process import Aizuchi
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,45 +36,22 @@ async def test_a_persona_answers_from_the_faq_server_in_the_local_room(tmp_path:
     (tmp_path / "faq" / "faq.md").write_text(
         "## When is the weekly event?\n\nFridays at 19:00 UTC on the Stage, this month only.\n", encoding="utf-8"
     )
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "aizuchi",
-        "run",
-        cwd=tmp_path,
-        env=environment(tmp_path, AIZUCHI_PERSONAS_DIR=str(personas), AIZUCHI_PERSONAS="guide"),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert process.stdout is not None and process.stderr is not None
-    try:
-        async with asyncio.timeout(30):
-            base = None
-            while base is None:
-                line = (await process.stdout.readline()).decode()
-                assert line, f"aizuchi run ended early: {(await process.stderr.read()).decode()}"
-                found = ROOM_LINE.search(line)
-                base = found.group(1) if found else None
-        async with aiohttp.ClientSession() as session:
-            say = {"name": "Ann", "text": "Guide, when is the weekly event?"}
-            async with session.post(f"{base}/room/api/{ROOM}/say", json=say) as response:
-                assert response.status == 200
-            async with asyncio.timeout(20):
-                while True:
-                    async with session.get(f"{base}/room/api/{ROOM}/snapshot") as response:
-                        history = (await response.json())["history"]
-                    said = [m["text"] for m in history if m["author_kind"] == "persona"]
-                    if said:
-                        break
-                    await asyncio.sleep(0.2)
+    settings = settings_of(tmp_path, AIZUCHI_PERSONAS_DIR=str(personas), AIZUCHI_PERSONAS="guide")
+    async with Aizuchi.start(tmp_path, "run", env=settings) as running, aiohttp.ClientSession() as session:
+        base = (await running.wait_for(ROOM_LINE.pattern)).group(1)
+        say = {"name": "Ann", "text": "Guide, when is the weekly event?"}
+        async with session.post(f"{base}/room/api/{ROOM}/say", json=say) as response:
+            assert response.status == 200
+
+        async def persona_said() -> list[str]:
+            async with session.get(f"{base}/room/api/{ROOM}/snapshot") as response:
+                history = (await response.json())["history"]
+            return [m["text"] for m in history if m["author_kind"] == "persona"]
+
+        said = await eventually(persona_said, what="the guide's answer in the room", every=0.2)
         assert said == ["Fridays at 19:00 UTC on the Stage, this month only."]
-        process.terminate()
-        assert await asyncio.wait_for(process.wait(), 10) == 0
-        assert "Traceback" not in (await process.stderr.read()).decode()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        assert await running.stop(within=10) == 0
+        assert "Traceback" not in running.stderr
 
 
 def test_a_profile_that_cannot_force_the_decision_is_a_setup_error_naming_the_persona(tmp_path: Path) -> None:

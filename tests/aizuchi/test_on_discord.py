@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import pytest
 
+from tests.support.eventually import eventually
 from tests.support.fake_discord import FakeDiscord, Overwrite, Perm
-from tests.support.fleet import eventually
 from tests.support.llm_server import FakeLLMServer
 from tests.support.owner import ADMIN, LISTENING, enabled, follows, write_dotenv
 from tests.support.process import Aizuchi
@@ -34,14 +34,13 @@ if TYPE_CHECKING:
     from tests.support.fake_discord import FakeBot, FakeChannel, FakeMessage
 
 
-async def answer_from(world: World, persona: str, after: FakeMessage, within: float = 20.0) -> FakeMessage:
+async def answer_from(world: World, persona: str, after: FakeMessage) -> FakeMessage:
     account = world.personas[persona]
-    async with asyncio.timeout(within):
-        while True:
-            found = [m for m in world.lounge.messages if m.author is account and m.id > after.id]
-            if found:
-                return found[0]
-            await asyncio.sleep(0.05)
+
+    def answers() -> list[FakeMessage]:
+        return [m for m in world.lounge.messages if m.author is account and m.id > after.id]
+
+    return (await eventually(answers, what=f"{persona}'s answer after message {after.id}"))[0]
 
 
 def secrets_of(world: World) -> list[str]:
@@ -159,13 +158,13 @@ async def test_a_network_drop_or_an_event_discord_py_chokes_on_costs_a_reconnect
         await enabled(fleet, fake, world)
         await follows(fleet, "rin", world.lounge)
         await fake.drop(world.arbiter)  # the network fails under the arbiter's bot: discord.py resumes by itself
-        await fake.wait_until(lambda: fake.connected(world.arbiter), within=15.0, what="the arbiter's bot back")
+        await fake.wait_until(lambda: fake.connected(world.arbiter), what="the arbiter's bot back")
         # A channel payload without a field discord.py's parser takes for granted.
         payload = world.lounge.payload()
         del payload["position"]
         await fake.send_raw(world.personas["rin"], "CHANNEL_UPDATE", payload)
         await fleet.wait_for(r"rin's bot lost Discord \(KeyError: 'position'\); connecting again", "stderr")
-        await fake.wait_until(lambda: fake.connected(world.personas["rin"]), within=10.0, what="rin back")
+        await fake.wait_until(lambda: fake.connected(world.personas["rin"]), what="rin back")
         question = await fake.human_says(world.lounge, world.member, "Rin, are you back?")
         await answer_from(world, "rin", question)
         status = await fleet.stop()
@@ -189,7 +188,7 @@ async def test_a_persona_that_may_not_post_warns_once_and_asks_no_model(
             await follows(fleet, "rin", quiet)
             for text in ("Rin?", "Rin, are you there?", "Rin, say something!"):
                 await fake.human_says(quiet, world.member, text)
-            await asyncio.sleep(2.0)  # long enough for her to have answered each
+            await asyncio.sleep(2.0)  # a span for her to answer each: she must stay silent, and say why only once
             status = await fleet.stop()
 
     assert status == 0
@@ -220,7 +219,7 @@ async def test_what_was_said_while_the_fleet_was_down_is_in_the_history_once_in_
     for _ in range(2):  # and a second start records nothing twice
         async with Aizuchi.start(tmp_path, "run") as fleet:
             url = (await fleet.wait_for(LISTENING)).group(1)
-            await fake.wait_connected(world.arbiter, within=20.0)
+            await fake.wait_connected(world.arbiter)
 
             async def recorded(url: str = url) -> list[dict[str, Any]]:
                 history = await admin_history(url, world.lounge)
@@ -229,7 +228,7 @@ async def test_what_was_said_while_the_fleet_was_down_is_in_the_history_once_in_
             async def all_of_them(recorded: Callable[[], Awaitable[list[Any]]] = recorded) -> bool:
                 return len(await recorded()) >= len(missed)
 
-            await eventually(all_of_them, within=20.0, what="the missed messages recorded")
+            await eventually(all_of_them, what="the missed messages recorded")
             caught_up = await recorded()
             assert await fleet.stop() == 0
 

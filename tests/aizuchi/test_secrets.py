@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import ADMIN_TOKEN, PERSONA_TOKENS
 from tests.support.arbiters import arbiter_process
+from tests.support.eventually import eventually
 from tests.support.process import clean_environment
 
 if TYPE_CHECKING:
@@ -159,7 +160,12 @@ async def test_a_request_too_large_to_parse_is_logged_without_its_headers(tmp_pa
             ),
         ]
         assert all(answer.startswith(b"HTTP/1.") and b" 400 " in answer.split(b"\r\n")[0] for answer in answers)
-        await asyncio.sleep(0.5)  # the log line is written as the answer goes out
+        # The log line is written as the answer goes out: wait for both before stopping.
+        await eventually(
+            lambda: arbiter.stderr.read_text(errors="replace").count("bad HTTP request from") >= 2,
+            what="both bad requests in the arbiter's log",
+            every=0.05,
+        )
         arbiter.stop()
         log = arbiter.stderr.read_text(errors="replace")
     for secret in (token, ADMIN_TOKEN):
@@ -221,7 +227,7 @@ async def test_a_token_in_an_mcp_url_is_never_logged(tmp_path: Path) -> None:
             persona = {"Authorization": f"Bearer {PERSONA_TOKENS['hana']}", "Accept": "application/json"}
             async with http.post(f"{arbiter.url}/channels/lobby/mcp", json=request, headers=persona) as answer:
                 assert answer.status in (200, 400, 406)
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # a span for the log lines of the last calls: no secret may appear in them either
         arbiter.stop()
         log = arbiter.stderr.read_text(errors="replace")
     assert "MCP tools/call from aya" in log, log  # the log is on, at DEBUG, and heard the MCP side

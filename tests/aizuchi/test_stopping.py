@@ -60,7 +60,7 @@ async def test_a_signal_at_any_moment_of_a_conversation_ends_quietly_and_leaves_
             if index == 0:
                 await enabled(fleet, fake, world)
             else:
-                await fake.wait_connected(world.arbiter, within=20.0)
+                await fake.wait_connected(world.arbiter)
             for persona in ROOM_PERSONAS:
                 await follows(fleet, persona, world.lounge)
             await fake.human_says(world.lounge, world.member, rng.choice(QUESTIONS))

@@ -25,10 +25,11 @@ from hypothesis import strategies as st
 from arbiter.contract import Tier
 from tests.conftest import ADMIN_TOKEN, auth
 from tests.support.arbiters import serve
-from tests.support.events import next_frame
+from tests.support.events import frames_until, next_frame
+from tests.support.eventually import eventually
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator
 
     from aiohttp import ClientWebSocketResponse
     from aiohttp.test_utils import TestClient
@@ -52,13 +53,6 @@ async def arbiters(database_url: str, clock: FakeClock) -> AsyncIterator[list[Se
 
 async def subscribe(ws: Socket, **after: int | None) -> None:
     await ws.send_str(json.dumps({"subscribe": [{"channel": c, "after": a} for c, a in after.items()]}))
-
-
-async def frames_until(ws: Socket, done: Callable[[dict[str, Any]], bool], within: float = 5.0) -> list[dict[str, Any]]:
-    frames: list[dict[str, Any]] = []
-    while not frames or not done(frames[-1]):
-        frames.append(await next_frame(ws, within))
-    return frames
 
 
 def seqs(frames: list[dict[str, Any]], channel: str) -> list[int]:
@@ -360,7 +354,9 @@ async def test_skipped_kinds_are_not_sent_but_the_level_that_ends_a_replay_is(
         frame = await next_frame(ws)
         assert (frame["type"], frame["message"]["seq"]) == ("message", said.seq)  # no claim, no level before it
         await ws.send_str(json.dumps({"skip": []}))  # every kind again
-        await asyncio.sleep(0.05)
+        # Commands are taken in order: once the status asked after it comes, the skip is no more.
+        await ask(ws, {"channel": "lobby"})
+        assert [f["type"] for f in await frames_until(ws, lambda f: f["type"] == "status")] == ["status"]
         await service.release("lobby", "kai", claimed.claim.claim_id)
         assert [(await next_frame(ws))["type"] for _ in range(2)] == ["claim", "level"]
 
@@ -418,7 +414,7 @@ async def test_unsubscribing_stops_a_channel_and_subscribing_again_restarts_it(
         await frames_until(ws, lambda f: f["type"] == "level")
         await frames_until(ws, lambda f: f["type"] == "level")
         await ws.send_str(json.dumps({"unsubscribe": ["lobby"]}))
-        await asyncio.sleep(0.05)
+        await eventually(lambda: not arbiter.hub.watching("lobby"), what="the stream to leave lobby")
         await service.record_message("lobby", author_id="u1", author_name="Yui", text="unheard")
         hall = await service.record_message("hall", author_id="u1", author_name="Yui", text="heard")
         frame = await next_frame(ws)

@@ -19,7 +19,7 @@ from arbiter.contract import Tier
 from bots.arbiter_client import ArbiterClient
 from bots.errors import ArbiterRejected, ArbiterUnavailable
 from tests.bots.conftest import CHANNEL
-from tests.support.fleet import eventually
+from tests.support.eventually import eventually
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable

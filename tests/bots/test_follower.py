@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from arbiter import contract as wire
 from bots.follower import StreamFollower
-from tests.support.fleet import eventually
+from tests.support.eventually import eventually
 
 if TYPE_CHECKING:
     from tests.support.fleet import Live

@@ -20,7 +20,8 @@ from arbiter.contract import AuthorKind, Tier, display_length
 from bots.llm import LLMUnavailable, ScriptedProvider, create_provider
 from bots.runtime import Overtaking
 from tests.bots.conftest import CHANNEL
-from tests.support.fleet import FAST, RecordingProvider, eventually, make_persona, mentions_in
+from tests.support.eventually import eventually
+from tests.support.fleet import FAST, RecordingProvider, make_persona, mentions_in
 from tests.support.llm_server import FAKE_KEY, FAKE_KEY_ENV, decision_reply, error, fake_profile
 
 if TYPE_CHECKING:

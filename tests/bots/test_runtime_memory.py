@@ -10,7 +10,8 @@ from arbiter import contract as wire
 from bots.prompt import NEW_SINCE_NOTES, NO_NOTES, NOTES_HEADER
 from tests.bots.conftest import CHANNEL
 from tests.bots.test_runtime import on_fake, persona_lines, scripted, spoken_after
-from tests.support.fleet import eventually, make_persona
+from tests.support.eventually import eventually
+from tests.support.fleet import make_persona
 from tests.support.llm_server import decision_reply
 
 if TYPE_CHECKING:

@@ -21,7 +21,8 @@ from arbiter.contract import AuthorKind, Tier
 from bots.llm import ScriptedProvider, create_provider
 from bots.tool_loop import ToolLoopRuntime
 from tests.bots.conftest import CHANNEL
-from tests.support.fleet import FAST, RecordingProvider, eventually, make_persona
+from tests.support.eventually import eventually
+from tests.support.fleet import FAST, RecordingProvider, make_persona
 from tests.support.llm_server import (
     FAKE_KEY,
     FAKE_KEY_ENV,

@@ -13,7 +13,8 @@ from arbiter.contract import AuthorKind
 from bots.llm import ScriptedProvider, create_provider
 from bots.tool_loop import MAX_STEPS, ToolLoopRuntime
 from tests.bots.conftest import CHANNEL
-from tests.support.fleet import RecordingProvider, eventually, make_persona, mentions_in
+from tests.support.eventually import eventually
+from tests.support.fleet import RecordingProvider, make_persona, mentions_in
 from tests.support.llm_server import FAKE_KEY, FAKE_KEY_ENV, fake_profile, text_reply, tool_call
 
 if TYPE_CHECKING:

@@ -21,8 +21,9 @@ from bots.discord_client import PersonaClient
 from bots.llm.scripted import ScriptedProvider
 from bots.platforms.discord import DiscordPlatform
 from bots.runtime import PersonaRuntime, RuntimeConfig
+from tests.support.eventually import eventually
 from tests.support.fake_discord import FAST_READY, running
-from tests.support.fleet import FAST, RecordingProvider, eventually, make_persona
+from tests.support.fleet import FAST, RecordingProvider, make_persona
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence

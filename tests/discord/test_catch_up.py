@@ -23,8 +23,9 @@ from arbiter.discord_bot.bot import CATCH_UP_LIMIT, CATCH_UP_WINDOW_S
 from tests.conftest import PERSONA_TOKENS
 from tests.discord.conftest import CREW_ROLE
 from tests.discord.fleet import discord_fleet, eager
+from tests.support.eventually import eventually
 from tests.support.fake_discord import FAST_READY, FakeDiscord, Overwrite, Perm, RecordingClient, running
-from tests.support.fleet import eventually, live_arbiter
+from tests.support.fleet import live_arbiter
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -420,7 +421,7 @@ async def test_an_edit_whose_event_it_cannot_read_reaches_the_history_after_the_
         async def edited() -> bool:
             return (await history(arbiter, lounge))[0].text == "meet at the station"
 
-        await eventually(edited, within=10.0, what="the edit read back")
+        await eventually(edited, what="the edit read back")
         await eventually(lambda: not bot._catch_ups, what="the catch-up done")
 
 

@@ -173,7 +173,7 @@ async def test_clear_history_forgets_the_channel_when_its_name_is_typed(
 
 
 async def _recorded(arbiter: Arbiter, channel_id: str, count: int) -> None:
-    from tests.support.fleet import eventually
+    from tests.support.eventually import eventually
 
     async def enough() -> bool:
         return len((await arbiter.service.history(channel_id)).messages) >= count

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 from arbiter.contract import AuthorKind, Tier
 from bots.persona import Samples
 from tests.discord.fleet import SLOW_REFUNDS, discord_fleet, eager
-from tests.support.fleet import eventually, make_persona
+from tests.support.eventually import eventually
+from tests.support.fleet import make_persona
 
 if TYPE_CHECKING:
     from bots.persona import Persona

@@ -10,8 +10,9 @@ import pytest
 from arbiter.contract import AuthorKind
 from bots.discord_client import PersonaClient
 from tests.discord.fleet import discord_fleet
+from tests.support.eventually import eventually
 from tests.support.fake_discord import Op
-from tests.support.fleet import eventually, make_persona
+from tests.support.fleet import make_persona
 
 if TYPE_CHECKING:
     from tests.discord.conftest import World

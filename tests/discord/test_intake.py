@@ -15,8 +15,8 @@ import pytest
 from arbiter.contract import AuthorKind
 from arbiter.core.errors import NotFound
 from tests.discord.conftest import arbiter_bot
+from tests.support.eventually import eventually
 from tests.support.fake_discord import RecordingClient, running
-from tests.support.fleet import eventually
 
 if TYPE_CHECKING:
     from arbiter.contract import MessageView

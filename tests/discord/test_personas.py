@@ -16,8 +16,9 @@ from bots.discord_client import PersonaClient
 from bots.errors import PostFailed
 from bots.platforms.discord import DiscordPlatform
 from tests.discord.fleet import SLOW_REFUNDS, discord_fleet, eager
+from tests.support.eventually import eventually
 from tests.support.fake_discord import FAST_READY, Intent, Op, Overwrite, Perm, RecordingClient, running
-from tests.support.fleet import eventually, make_persona
+from tests.support.fleet import make_persona
 
 if TYPE_CHECKING:
     from tests.discord.conftest import World
@@ -90,9 +91,7 @@ async def answer_time(fleet: DiscordFleet, persona_id: str, question: FakeMessag
     """Seconds from ``question`` until ``persona_id``'s answer is on Discord."""
     loop = asyncio.get_running_loop()
     asked_at = loop.time()
-    await eventually(
-        lambda: [m for m in fleet.posted_by(persona_id) if m.id > question.id], within=15.0, what=f"{persona_id}"
-    )
+    await eventually(lambda: [m for m in fleet.posted_by(persona_id) if m.id > question.id], what=f"{persona_id}")
     return loop.time() - asked_at
 
 
@@ -292,7 +291,7 @@ async def test_a_thread_the_fleet_is_enabled_in_is_a_conversation_of_its_own(
         await eventually(lambda: str(thread.id) in fleet.runtimes["hana"].channels, what="hana follows the thread")
         await fleet.runtimes["hana"].join(str(thread.id)).ready()
         question = await fake.human_says(thread, world.member, "Hana, Saturday or Sunday?")
-        await eventually(lambda: [m for m in thread.messages if m.author is hana], within=10.0, what="her answer")
+        await eventually(lambda: [m for m in thread.messages if m.author is hana], what="her answer")
         [answer] = [m for m in thread.messages if m.author is hana]
 
         async def linked() -> bool:

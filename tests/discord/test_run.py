@@ -25,8 +25,9 @@ from bots.settings import BotsSettings, Environment
 from tests.conftest import ADMIN_TOKEN
 from tests.discord.conftest import CREW_ROLE, arbiter_bot, build_world
 from tests.support.arbiters import Api
+from tests.support.eventually import eventually
 from tests.support.fake_discord import running
-from tests.support.fleet import eventually, live_arbiter
+from tests.support.fleet import live_arbiter
 from tests.support.llm_server import FAKE_KEY, FAKE_KEY_ENV, FakeLLMServer, decision_reply, delayed
 from tests.support.room import PERSONAS_DIR, ROOM_PERSONAS
 
@@ -93,7 +94,7 @@ async def following(
             task.result()  # raises what stopped it
         return all(f"persona={p} takes part in channel {world.lounge.id}" in caplog.messages for p in personas)
 
-    await eventually(done, within=10.0, what="every persona follows the lounge")
+    await eventually(done, what="every persona follows the lounge")
 
 
 async def answer_from(world: World, persona_id: str, after: FakeMessage) -> FakeMessage:
@@ -102,7 +103,7 @@ async def answer_from(world: World, persona_id: str, after: FakeMessage) -> Fake
     def found() -> list[FakeMessage]:
         return [m for m in world.lounge.messages if m.author is account and m.id > after.id]
 
-    await eventually(found, within=10.0, what=f"{persona_id} answers")
+    await eventually(found, what=f"{persona_id} answers")
     return found()[0]
 
 
@@ -132,7 +133,7 @@ async def test_run_all_on_discord_brings_up_the_arbiter_bot_and_personas_that_an
     printed = ""
     bots = bots_settings(tmp_path, AIZUCHI_PERSONA_TOKENS={})
     async with running_task(run_all(settings, bots, tokens_of(world), ENDPOINTS)) as task:
-        await fake.wait_until(lambda: fake.registered(world.arbiter, world.guild), within=10.0, what="commands")
+        await fake.wait_until(lambda: fake.registered(world.arbiter, world.guild), what="commands")
         await fake.wait_connected(world.arbiter)
         enabled = await fake.invoke(world.deckhand, world.lounge, "aizuchi enable", enforce_default_permissions=False)
         # The personas come to a channel enabled after they started when someone speaks there.
@@ -214,7 +215,7 @@ async def test_stopping_the_persona_bots_gives_back_the_claims_they_hold(
         async with running_task(run_bots(bots, env, ENDPOINTS, only=["rin"])) as task:
             await following(world, caplog, task, ("rin",))
             await fake.human_says(world.lounge, world.member, "Rin, a hard question for you")
-            await eventually(lambda: llm.requests, within=10.0, what="rin asks her model")
+            await eventually(lambda: llm.requests, what="rin asks her model")
             holding = await live.status(lounge)
 
         released = await live.status(lounge)

@@ -16,8 +16,8 @@ from bots.discord_client import PersonaClient
 from bots.platforms.discord import DiscordPlatform
 from tests.discord.conftest import PERSONA_PERMISSIONS
 from tests.discord.fleet import discord_fleet, eager
+from tests.support.eventually import eventually
 from tests.support.fake_discord import FAST_READY, FakeDiscord, Op, RecordingClient, running
-from tests.support.fleet import eventually
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

@@ -11,7 +11,6 @@ import re
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +18,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from arbiter.server import Arbiter, open_arbiter
 from tests.conftest import ADMIN_TOKEN, PERSONA_TOKENS, make_settings
+from tests.support.eventually import eventually, eventually_blocking
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -209,16 +209,13 @@ def _announced(stdout: Path) -> str | None:
     return match.group(1) if match else None
 
 
-def _started(handle: ArbiterProcess, stdout: Path, name: str, startup_s: float, deadline: float) -> str | None:
-    """The URL the process announced, None while it has not yet; fails the test if it exited or took too long."""
+def _started(handle: ArbiterProcess, stdout: Path, name: str) -> str | None:
+    """The URL the process announced, None while it has not yet; fails the test if it exited (the caller adds
+    its log)."""
     url = _announced(stdout)
-    if url is not None:
-        return url
-    if handle.process.poll() is not None:
-        raise AssertionError(f"{name} exited with {handle.process.returncode}:\n{handle.log()}")
-    if time.monotonic() > deadline:
-        raise AssertionError(f"{name} did not announce its URL in {startup_s}s:\n{handle.log()}")
-    return None
+    if url is None and handle.process.poll() is not None:
+        raise AssertionError(f"{name} exited with {handle.process.returncode}")
+    return url
 
 
 @contextlib.asynccontextmanager
@@ -236,13 +233,13 @@ async def arbiter_process(
     process, stdout, stderr = _spawn(workdir, name, {**_environment(database_url, personas or {}), **(env or {})})
     handle = ArbiterProcess(process, "", stderr)
     try:
-        deadline = time.monotonic() + startup_s
-        while True:
-            # Polled, not awaited: the announcement is a line in a file another process writes.
-            if (url := _started(handle, stdout, name, startup_s, deadline)) is not None:
-                break
-            await asyncio.sleep(0.02)
-        handle.url = url
+        # Polled, not awaited: the announcement is a line in a file another process writes.
+        try:
+            handle.url = await eventually(
+                lambda: _started(handle, stdout, name), within=startup_s, what=f"{name} to announce its URL", every=0.02
+            )
+        except AssertionError as failure:
+            raise AssertionError(f"{failure}\n{handle.log()}") from None
         yield handle
     finally:
         await asyncio.to_thread(handle.stop)
@@ -257,10 +254,12 @@ def arbiter_process_blocking(
     process, stdout, stderr = _spawn(workdir, name, env)
     handle = ArbiterProcess(process, "", stderr)
     try:
-        deadline = time.monotonic() + startup_s
-        while (url := _started(handle, stdout, name, startup_s, deadline)) is None:
-            time.sleep(0.02)
-        handle.url = url
+        try:
+            handle.url = eventually_blocking(
+                lambda: _started(handle, stdout, name), within=startup_s, what=f"{name} to announce its URL"
+            )
+        except AssertionError as failure:
+            raise AssertionError(f"{failure}\n{handle.log()}") from None
         yield handle
     finally:
         handle.stop()

@@ -13,6 +13,7 @@ from aiohttp import WSMsgType
 
 from arbiter.api.stream import FELL_BEHIND
 from arbiter.contract import EVENT_MODELS, EndedEvent, StatusEvent
+from tests.support.eventually import PATIENCE_S
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -23,6 +24,7 @@ __all__ = (
     "Follower",
     "checked_event",
     "checked_frame",
+    "frames_until",
     "next_event",
     "next_frame",
     "no_event_within",
@@ -46,10 +48,30 @@ def checked_event(frame: Any, models: dict[str, Any] = _MODELS) -> dict[str, Any
     return frame
 
 
-async def next_event(ws: ClientWebSocketResponse[Any], within: float = 5.0) -> dict[str, Any]:
+async def _next(
+    ws: ClientWebSocketResponse[Any], within: float, check: Callable[[Any], dict[str, Any]]
+) -> dict[str, Any]:
     message = await asyncio.wait_for(ws.receive(), within)
-    assert message.type is WSMsgType.TEXT, f"expected an event, got {message.type}: {message.data!r}"
-    return checked_event(json.loads(message.data))
+    assert message.type is WSMsgType.TEXT, f"expected a frame, got {message.type}: {message.data!r}"
+    return check(json.loads(message.data))
+
+
+async def _until(
+    ws: ClientWebSocketResponse[Any],
+    done: Callable[[dict[str, Any]], bool],
+    within: float,
+    check: Callable[[Any], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + within
+    frames: list[dict[str, Any]] = []
+    while not frames or not done(frames[-1]):
+        frames.append(await _next(ws, max(0.01, deadline - time.monotonic()), check))
+    return frames
+
+
+async def next_event(ws: ClientWebSocketResponse[Any], within: float = PATIENCE_S) -> dict[str, Any]:
+    """The next frame of a channel's stream, checked; ``TimeoutError`` after ``within`` seconds."""
+    return await _next(ws, within, checked_event)
 
 
 def checked_frame(frame: Any) -> dict[str, Any]:
@@ -57,23 +79,24 @@ def checked_frame(frame: Any) -> dict[str, Any]:
     return checked_event(frame, _FRAMES)
 
 
-async def next_frame(ws: ClientWebSocketResponse[Any], within: float = 5.0) -> dict[str, Any]:
-    message = await asyncio.wait_for(ws.receive(), within)
-    assert message.type is WSMsgType.TEXT, f"expected a frame, got {message.type}: {message.data!r}"
-    return checked_frame(json.loads(message.data))
+async def next_frame(ws: ClientWebSocketResponse[Any], within: float = PATIENCE_S) -> dict[str, Any]:
+    """The next frame of the multiplexed stream, checked; ``TimeoutError`` after ``within`` seconds."""
+    return await _next(ws, within, checked_frame)
 
 
 async def read_until(
-    ws: ClientWebSocketResponse[Any], done: Callable[[dict[str, Any]], bool], within: float = 5.0
+    ws: ClientWebSocketResponse[Any], done: Callable[[dict[str, Any]], bool], within: float = PATIENCE_S
 ) -> list[dict[str, Any]]:
-    """Events up to and including the first one ``done`` accepts."""
-    deadline = time.monotonic() + within
-    events: list[dict[str, Any]] = []
-    while True:
-        event = await next_event(ws, max(0.01, deadline - time.monotonic()))
-        events.append(event)
-        if done(event):
-            return events
+    """Events of a channel's stream up to and including the first one ``done`` accepts; ``TimeoutError`` if that
+    does not come within ``within`` seconds in all."""
+    return await _until(ws, done, within, checked_event)
+
+
+async def frames_until(
+    ws: ClientWebSocketResponse[Any], done: Callable[[dict[str, Any]], bool], within: float = PATIENCE_S
+) -> list[dict[str, Any]]:
+    """``read_until`` for the multiplexed stream's frames."""
+    return await _until(ws, done, within, checked_frame)
 
 
 async def no_event_within(ws: ClientWebSocketResponse[Any], seconds: float) -> None:
@@ -145,7 +168,7 @@ class Follower:
             case _:
                 pass
 
-    async def read_until(self, done: Callable[[dict[str, Any]], bool], within: float = 5.0) -> bool:
+    async def read_until(self, done: Callable[[dict[str, Any]], bool], within: float = PATIENCE_S) -> bool:
         """Take events up to and including the first one ``done`` accepts (True), or until the arbiter drops the
         stream for falling behind (False: ``told_after`` says where to resume, never before ``last_seq``)."""
         assert self.open, "the arbiter dropped this stream"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import random
 import time
 from collections import deque
@@ -31,6 +30,7 @@ from bots.persona import BigFive, Persona, Samples
 from bots.platforms.memory import MemoryRoom
 from bots.runtime import PersonaRuntime, RuntimeConfig, personas_stream
 from tests.conftest import make_settings
+from tests.support.eventually import PATIENCE_S, eventually
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -48,7 +48,7 @@ __all__ = (
     "Live",
     "RecordingProvider",
     "RequestLog",
-    "eventually",
+    "eventually",  # tests.support.eventually's, still importable from here for branches written before it moved
     "live_arbiter",
     "make_persona",
     "mentions_in",
@@ -66,22 +66,6 @@ CHANNEL_DEFAULTS: dict[str, Any] = {
     "claim_ttl_s": 10.0,
     "priority_window_s": 5.0,
 }
-
-
-async def eventually(condition: Callable[[], object], *, within: float = 5.0, what: str | None = None) -> None:
-    """Poll ``condition`` (sync or async, any truthy result) every few milliseconds until it holds; fail after
-    ``within`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        result = condition()
-        if inspect.isawaitable(result):
-            result = await result
-        if result:
-            return
-        if loop.time() > deadline:
-            raise AssertionError(f"not within {within}s: {what or getattr(condition, '__name__', condition)}")
-        await asyncio.sleep(0.005)
 
 
 def mentions_in(text: str) -> bool:
@@ -345,7 +329,7 @@ class Live:
         page = await self.service.history(channel_id, after=0, limit=500)
         return list(page.messages)
 
-    async def settled(self, channel_id: str, *, within: float = 5.0) -> None:
+    async def settled(self, channel_id: str, *, within: float = PATIENCE_S) -> None:
         """Wait until every runtime is idle (nothing under way or scheduled), has dealt with every message from
         others, and holds no claim: from then on nothing happens until someone speaks."""
 

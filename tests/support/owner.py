@@ -46,8 +46,8 @@ async def enabled(fleet: Aizuchi, fake: FakeDiscord, world: World, channel: Fake
     """The fleet is up, a moderator has enabled the channel, and every running persona follows it."""
     channel = channel or world.lounge
     await fleet.wait_for(LISTENING)
-    await fake.wait_until(lambda: fake.registered(world.arbiter, world.guild), within=20.0, what="slash commands")
-    await fake.wait_connected(world.arbiter, within=20.0)
+    await fake.wait_until(lambda: fake.registered(world.arbiter, world.guild), what="slash commands")
+    await fake.wait_connected(world.arbiter)
     answer = await fake.invoke(world.mod, channel, "aizuchi enable")
     assert answer.content == "aizuchi is on in this channel."
     # The personas come to a newly enabled channel when someone speaks there.

@@ -76,15 +76,16 @@ class Aizuchi:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def start(cls, workdir: Path, *args: str) -> AsyncIterator[Aizuchi]:
-        """``python -m aizuchi args`` in ``workdir``; killed at the end if still running."""
+    async def start(cls, workdir: Path, *args: str, env: Mapping[str, str] | None = None) -> AsyncIterator[Aizuchi]:
+        """``python -m aizuchi args`` in ``workdir``, ``env`` added to its clean environment; killed at the end if
+        still running."""
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             "aizuchi",
             *args,
             cwd=workdir,
-            env=clean_environment(),
+            env=clean_environment(**(env or {})),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )

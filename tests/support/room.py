@@ -27,6 +27,7 @@ from bots.llm.scripted import ScriptedProvider
 from bots.persona import load_personas
 from bots.platforms.room import RoomPlatform
 from bots.runtime import PersonaRuntime, RuntimeConfig
+from tests.support.eventually import PATIENCE_S, eventually
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
@@ -51,19 +52,16 @@ class RoomServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.port}"
 
-    async def settled(self, channel_id: str, *, within: float = 30.0) -> None:
+    async def settled(self, channel_id: str, *, within: float = PATIENCE_S) -> None:
         """Wait until no persona has anything under way or scheduled in the room and none holds a claim: from then
         on nobody speaks until someone else does. (The personas may talk among themselves up to the idle cap.)"""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
-        while True:
+
+        async def quiet() -> bool:
             workers = [runtime.join(channel_id) for runtime in self.runtimes]
             status = await self.arbiter.service.status(channel_id)
-            if all(worker.idle for worker in workers) and not status.claims_held:
-                return
-            if loop.time() > deadline:
-                raise AssertionError(f"the personas in {channel_id} did not settle within {within}s")
-            await asyncio.sleep(0.05)
+            return all(worker.idle for worker in workers) and not status.claims_held
+
+        await eventually(quiet, within=within, what=f"the personas in {channel_id} to settle", every=0.05)
 
 
 @contextlib.asynccontextmanager

@@ -425,7 +425,7 @@ async def test_a_subscribed_session_hears_each_new_message(served: Served) -> No
             await client.unsubscribe_resource(HISTORY)
         await served.api.say(CHANNEL, "ken", "Unheard.")
         await client.call_tool("status", {})  # a round trip after the message: a notification would be here by now
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # a span in which nothing may come
         assert heard.empty()
     # The channel is no longer watched, so alone on SQLite its events are not even built.
     assert not served.arbiter.hub.watching(CHANNEL)

@@ -30,6 +30,7 @@ from arbiter.storage.tables import McpSubscriptionRow
 from tests.conftest import make_settings
 from tests.support.arbiters import Api, arbiter_process, free_port
 from tests.support.clock import FakeClock
+from tests.support.eventually import eventually
 from tests.support.mcp_live import AGENTS, CHANNEL, INITIALIZE, live_arbiter
 from tests.support.proxy import tcp_proxy
 
@@ -142,11 +143,9 @@ async def test_a_client_moved_to_another_arbiter_process_keeps_working(postgres_
 
 async def _eventually_watched(arbiter: Any, channel: str) -> None:
     """Until the process's hub has a subscriber for ``channel`` (the moved stream reconnected there)."""
-    for _ in range(600):
-        if arbiter.hub.watching(channel):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"no stream watches {channel} in the second process")
+    await eventually(
+        lambda: arbiter.hub.watching(channel), what=f"a stream watching {channel} in the second process", every=0.05
+    )
 
 
 # --- one arbiter, plain HTTP ------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from arbiter.mcp.wake import WAKE, wake_frame
 from arbiter.server import Arbiter, open_arbiter
 from tests.conftest import ADMIN_TOKEN, PERSONA_TOKENS, make_settings
 from tests.support.clock import FakeClock
-from tests.support.fleet import eventually
+from tests.support.eventually import eventually
 from tests.support.node import NODE_MODULES, node_with
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from aizuchi.fleet import Cast, offline_notice
 from arbiter.contract import DialogueState, MemoryUpdate, SpeakerNote, Tier
 from bots.llm.profiles import ProviderProfile
 from bots.persona import load_personas
-from tests.support.fleet import eventually
+from tests.support.eventually import eventually
 from tests.support.proxy import tcp_proxy
 from tests.support.room import PERSONAS_DIR, ROOM_PERSONAS, room_server
 
@@ -461,7 +461,7 @@ async def reload(page: Page, room: RoomServer) -> None:
     room.arbiter.hub.close_all()
     await page.locator("#connection[data-state='offline']").wait_for()
     await page.locator("#connection[data-state='live']").wait_for()
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # a span in which nothing may happen: no activity but waiting is news
     assert await seen_activities(page) <= {"waiting", "unknown"}
 
 
@@ -561,7 +561,7 @@ async def test_the_room_on_a_phone_and_a_desktop_in_light_and_dark(browser: Brow
                 "(li) => li.dataset.authorKind === 'persona' && Number(li.dataset.seq) > seq)",
                 arg=asked,
             )
-            await asyncio.sleep(1.5)  # a nod or two more
+            await asyncio.sleep(1.5)  # a span for a nod or two more, for the picture: none is asserted
         await page.wait_for_function(CHART_DRAWN)
 
         # The page that was there for the conversation (its chart shows it) on a desktop in the light theme; a new
@@ -897,18 +897,18 @@ async def test_each_persona_keeps_its_colour_whatever_the_set(browser: Browser, 
             shown = {m["author"]: m["color"] for m in await messages(page) if m["kind"] == "persona"}
             assert shown.keys() == {"rin", "theo", "mio", "sora", "nova"}
             expected = {pid: shown[pid] for pid in ("mio", "sora", "nova")}
+
             # The list is drawn again as the page's state comes in; Chromium sometimes reports a chip's computed
-            # colour as "" just after: read until the list shows its colours (or the deadline, then compare).
-            for _attempt in range(30):
-                listed = await page.eval_on_selector_all(
+            # colour as "" just after: read until the list shows its colours.
+            async def listed(page: Page = page, expected: dict[str, str] = expected) -> bool:
+                chips = await page.eval_on_selector_all(
                     "#personas li",
                     "items => Object.fromEntries(items.map((item) => "
                     "[item.dataset.persona, getComputedStyle(item.querySelector('.who')).backgroundColor]))",
                 )
-                if listed == expected:
-                    break
-                await asyncio.sleep(0.1)
-            assert listed == expected
+                return bool(chips == expected)
+
+            await eventually(listed, what=f"the persona list in the colours {expected}", every=0.1)
             colours.append(shown)
             await page.context.close()
 

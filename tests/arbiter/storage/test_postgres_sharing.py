@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 
 from tests.support.arbiters import crowd, serve
-from tests.support.fleet import eventually
+from tests.support.eventually import eventually
 from tests.support.postgres import SERVER
 
 if TYPE_CHECKING:

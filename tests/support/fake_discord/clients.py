@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import discord
 
+from tests.support.eventually import PATIENCE_S, eventually
+
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
@@ -19,18 +21,21 @@ FAST_READY = 0.05
 
 
 @contextlib.asynccontextmanager
-async def running(client: discord.Client, token: str, *, ready_within: float = 5.0) -> AsyncIterator[None]:
+async def running(client: discord.Client, token: str, *, ready_within: float = PATIENCE_S) -> AsyncIterator[None]:
     """Start ``client`` (``client.start(token)`` in a task), wait until it is ready, and close it on exit.
 
-    Fails at once if the client stops before it is ready (a refused token, disallowed intents...)."""
+    Waits for readiness itself, not a fixed time (a loaded machine may take seconds to connect several clients);
+    fails at once if the client stops before it is ready (a refused token, disallowed intents...)."""
     task = asyncio.create_task(client.start(token), name=f"discord-client-{token}")
+
+    def ready() -> bool:
+        if task.done():
+            task.result()  # raises what stopped it
+            raise AssertionError("the client stopped before it was ready")
+        return client.is_ready()
+
     try:
-        async with asyncio.timeout(ready_within):
-            while not client.is_ready():
-                if task.done():
-                    task.result()  # raises what stopped it
-                    raise AssertionError("the client stopped before it was ready")
-                await asyncio.sleep(0.005)
+        await eventually(ready, within=ready_within, what=f"the client of {token} ready")
         yield
     finally:
         await client.close()

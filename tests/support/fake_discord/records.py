@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
+from tests.support.eventually import PATIENCE_S
+
 if TYPE_CHECKING:
     from .model import FakeBot, FakeChannel, FakeMessage, FakeUser
 
@@ -174,14 +176,14 @@ class InteractionResult:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def settled(self, within: float = 3.0) -> Self:
+    async def settled(self, within: float = PATIENCE_S) -> Self:
         """Wait until a deferred response has been completed (edited, or followed up)."""
         async with asyncio.timeout(within):
             while self.thinking or not self.answered:
                 await self._changed.wait()
         return self
 
-    async def wait_for(self, count: int, within: float = 3.0) -> Self:
+    async def wait_for(self, count: int, within: float = PATIENCE_S) -> Self:
         """Wait until the bot has said ``count`` things (response included, see ``texts``)."""
         async with asyncio.timeout(within):
             while len(self.texts) < count:

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Self
 import yarl
 from aiohttp import WSMsgType, web
 
+from tests.support.eventually import PATIENCE_S, eventually
+
 from . import rest
 from .commands import InvalidInvocation, build_options
 from .gateway import Breakage, Connection, GatewayOp, Op, Session
@@ -638,9 +640,7 @@ class FakeDiscord:
             else:
                 connection.dropped = True
                 await connection.ws.close(code=code, message=b"dropped by the test")
-        await self.wait_until(
-            lambda: all(c.closed for c in connections), within=2.0, what=f"{bot.name}'s connection to close"
-        )
+        await self.wait_until(lambda: all(c.closed for c in connections), what=f"{bot.name}'s connection to close")
 
     async def send_raw(self, bot: FakeBot, event: str, data: Any) -> None:
         """Dispatch ``event`` with ``data`` exactly as given to ``bot``'s live sessions: for a payload Discord
@@ -738,7 +738,7 @@ class FakeDiscord:
         """Whether ``bot`` has a live session with a connection attached (after READY or RESUMED)."""
         return any(s.connection is not None and not s.connection.closed for s in self._live_sessions(bot))
 
-    async def wait_connected(self, bot: FakeBot, within: float = 5.0) -> None:
+    async def wait_connected(self, bot: FakeBot, within: float = PATIENCE_S) -> None:
         await self.wait_until(lambda: self.connected(bot), within=within, what=f"{bot.name} connected")
 
     async def wait_for_request(
@@ -748,7 +748,7 @@ class FakeDiscord:
         *,
         bot: FakeBot | None = None,
         count: int = 1,
-        within: float = 5.0,
+        within: float = PATIENCE_S,
     ) -> RecordedRequest:
         """Wait until ``count`` matching calls have been answered; returns the ``count``-th."""
 
@@ -758,17 +758,15 @@ class FakeDiscord:
         await self.wait_until(done, within=within, what=f"{count} x {method} {path}")
         return [r for r in self.requests_to(method, path, bot=bot) if r.status][count - 1]
 
-    async def wait_until(self, condition: Callable[[], object], *, within: float = 5.0, what: str = "") -> None:
+    async def wait_until(self, condition: Callable[[], object], *, within: float = PATIENCE_S, what: str = "") -> None:
         """Wait until ``condition()`` is true: checked whenever the fake's state changes, and every 10 ms (for
         conditions on the clients' side)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
-        while not condition():
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise AssertionError(f"fake discord: not within {within}s: {what or condition}")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), min(remaining, 0.01))
+        await eventually(
+            condition, within=within, what=f"fake discord: {what or condition}", every=0.01, wake=self._wake
+        )
+
+    async def _wake(self) -> None:
+        await self._changed.wait()
 
     async def flush(self) -> None:
         """Wait until every event dispatched so far is written to the sockets of connected clients."""
