@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sqlite3
 from typing import TYPE_CHECKING, Any
 
-import asyncpg
 import pytest
 
 from arbiter import contract as wire
@@ -27,6 +25,7 @@ from arbiter.storage.database import Database
 from arbiter.storage.errors import StorageError
 from arbiter.storage.migrate import migrate
 from arbiter.storage.writer import BatchWriter
+from tests.support.writer_hold import writer_waiting
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -82,28 +81,6 @@ async def writer_on(database_url: str, clock: FakeClock) -> AsyncIterator[Writer
             await writer.close()
     finally:
         await database.dispose()
-
-
-@contextlib.asynccontextmanager
-async def writer_waiting(database_url: str) -> AsyncIterator[None]:
-    """Hold a lock every commit of the writer needs, as another process's long transaction would: the steps asked
-    for meanwhile queue up, and run as one batch when the block ends."""
-    if database_url.startswith("sqlite"):
-        conn = sqlite3.connect(database_url.removeprefix("sqlite:///"), timeout=5, isolation_level=None)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            yield
-            conn.execute("COMMIT")
-        finally:
-            conn.close()
-        return
-    conn = await asyncpg.connect(database_url.replace("postgresql+asyncpg://", "postgresql://"))
-    try:
-        async with conn.transaction():
-            await conn.execute("LOCK TABLE channels IN EXCLUSIVE MODE")  # the row locks and the one-statement commit
-            yield
-    finally:
-        await conn.close()
 
 
 def say(tx: WriteTx, channel_id: str, text: str) -> int:

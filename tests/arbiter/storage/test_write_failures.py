@@ -13,16 +13,16 @@ import contextlib
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
-import asyncpg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from arbiter.storage.errors import StorageError
 from tests.support.arbiters import serve
+from tests.support.writer_hold import writer_waiting
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable
+    from collections.abc import Awaitable
 
     from tests.support.arbiters import Served
     from tests.support.clock import FakeClock
@@ -102,29 +102,6 @@ _REFUSE_POISON = {
     ],
 }
 ROOMS = [f"room-{n}" for n in range(5)]
-
-
-@contextlib.asynccontextmanager
-async def writer_waiting(database_url: str) -> AsyncIterator[None]:
-    """Hold a lock the arbiter's writer needs for the duration of the block, as a long transaction of another
-    arbiter process would: what is asked meanwhile queues up, and is written as one batch when the block ends."""
-    if database_url.startswith("sqlite"):
-        conn = sqlite3.connect(database_url.removeprefix("sqlite:///"), timeout=5, isolation_level=None)
-        try:
-            conn.execute("BEGIN IMMEDIATE")  # the write lock: the writer's BEGIN IMMEDIATE waits for it
-            yield
-            conn.execute("COMMIT")
-        finally:
-            conn.close()
-        return
-    conn = await asyncpg.connect(database_url.replace("postgresql+asyncpg://", "postgresql://"))
-    try:
-        async with conn.transaction():
-            # Every batch first locks its channels' rows (SELECT ... FOR UPDATE): this makes it wait.
-            await conn.execute("LOCK TABLE channels IN EXCLUSIVE MODE")
-            yield
-    finally:
-        await conn.close()
 
 
 async def requests_batched_with(served: Served, database_url: str, poisoned: Awaitable[Any]) -> list[Any]:
