@@ -276,3 +276,16 @@ def test_personas_check_reads_the_discord_tokens_from_dotenv(tmp_path: Path) -> 
     assert rin.endswith("discord token RIN_DISCORD_TOKEN (set)")
     assert theo.endswith("discord token THEO_DISCORD_TOKEN (not set)")
     assert "rin-token-from-dotenv" not in stdout
+
+
+def test_a_broken_profiles_file_is_one_line_naming_it(tmp_path: Path) -> None:
+    # ProfileError is the profile file's own error (not the runtime's): the command line still says it in one line.
+    (tmp_path / "profiles.toml").write_text('profile = "scripted"\n', encoding="utf-8")
+    write_dotenv(tmp_path, AIZUCHI_PERSONAS="rin")
+    status, _, stderr = run_to_end(tmp_path, "run")
+
+    assert status == 1
+    assert stderr.splitlines()[-1] == (
+        "aizuchi: profiles.toml: unknown top-level key(s) ['profile']; profiles go in [profiles.<name>] tables"
+    )
+    assert "Traceback" not in stderr
