@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -27,6 +28,8 @@ NO_MENTIONS = discord.AllowedMentions.none()
 # at all, the network (aiohttp, OSError), a rate limit longer than it will wait (RateLimited, a DiscordException) or
 # the client closed meanwhile (its HTTP session: RuntimeError).
 _FAILURES = (discord.DiscordException, aiohttp.ClientError, OSError, RuntimeError)
+# How many of its latest posts an account remembers what it had seen when it sent them.
+_POSTS_REMEMBERED = 256
 # How long a post Discord refused (403) keeps a persona quiet in a channel whose permissions seem to allow it.
 _REFUSAL_HOLDS_S = 600.0
 _VIEW_CHANNEL = discord.Permissions(view_channel=True).value
@@ -51,11 +54,15 @@ class DiscordPlatform(Platform):
         self._refusals: dict[str, tuple[str, int | None, float]] = {}
         self._told: dict[str, str] = {}  # channels said (once) to be unpostable, and why
         self._said: dict[str, int] = {}  # by channel: the newest message a person said there, as this account saw it
+        # By post: self._said in its channel when the post was sent. A person's message with an id between the two
+        # crossed the post on its way: it is before the post in the channel, but the persona could not have read it.
+        self._seen_at_post: OrderedDict[str, int] = OrderedDict()
 
     def _channel(self, channel_id: str) -> discord.PartialMessageable:
         return self._client.get_partial_messageable(int(channel_id))
 
     async def post(self, channel_id: str, text: str) -> Posted:
+        seen = self.latest_said(channel_id)
         try:
             message = await self._channel(channel_id).send(text, allowed_mentions=NO_MENTIONS)
         except discord.Forbidden as error:
@@ -68,6 +75,9 @@ class DiscordPlatform(Platform):
         except _FAILURES as error:
             raise PostFailed(f"Discord could not be reached ({type(error).__name__}: {error})") from error
         self._refusals.pop(channel_id, None)
+        self._seen_at_post[str(message.id)] = seen
+        if len(self._seen_at_post) > _POSTS_REMEMBERED:
+            self._seen_at_post.popitem(last=False)
         return Posted(str(message.id))
 
     def saw(self, message: discord.Message) -> None:
@@ -79,6 +89,12 @@ class DiscordPlatform(Platform):
 
     def latest_said(self, channel_id: str) -> int:
         return self._said.get(channel_id, 0)
+
+    def seen_when_posting(self, platform_message_id: str) -> int | None:
+        """The newest message a person had said in the channel, as this account had seen it, when it sent the post
+        ``platform_message_id`` (0: none); None for a post it did not send or no longer remembers. A person's
+        message between the two ids crossed the post: no persona can wait for what it has not yet seen."""
+        return self._seen_at_post.get(platform_message_id)
 
     def cannot_post(self, channel_id: str) -> str | None:
         """From the permissions discord.py keeps up to date from the gateway (no request is made), and a post Discord

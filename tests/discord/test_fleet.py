@@ -7,10 +7,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from arbiter.contract import AuthorKind, Tier
 from bots.persona import Samples
+from bots.platforms.discord import DiscordPlatform
 from tests.discord.fleet import SLOW_REFUNDS, discord_fleet, eager
 from tests.support.eventually import eventually
 from tests.support.fleet import make_persona
@@ -97,6 +98,15 @@ async def test_a_human_speaks_and_the_personas_answer_and_nod_within_the_pool_un
     assert (status.bot_streak, status.idle_cap, len(lines)) == (3, 3, 3)
 
 
+class Answered(NamedTuple):
+    """A question to ``asked``, and who posted first after it; ``crossed``: that post was sent before its account had
+    seen the question."""
+
+    asked: str
+    poster: str
+    crossed: bool
+
+
 def talkative(persona_id: str) -> Persona:
     """An eager persona with lines enough that it never runs out of fresh ones in a long test: the offline stand-in
     says a line again only long after (a persona's last 30 lines are not said again)."""
@@ -135,9 +145,8 @@ async def test_the_asked_persona_answers_first_when_the_arbiters_bot_hears_disco
             lambda: all(len(r.channels) == len(channels) for r in fleet.runtimes.values()), what="every room followed"
         )
 
-        async def questions(channel: FakeChannel, count: int) -> list[tuple[str, str | None]]:
-            """(who was asked, who posted first after the question) for each question."""
-            firsts: list[tuple[str, str | None]] = []
+        async def questions(channel: FakeChannel, count: int) -> list[Answered]:
+            firsts: list[Answered] = []
             for number in range(count):
                 asked = rng.choice(list(names))
                 question = await fake.human_says(channel, world.member, f"{names[asked]}, question {number}?")
@@ -150,7 +159,12 @@ async def test_the_asked_persona_answers_first_when_the_arbiters_bot_hears_disco
                     within=10.0,
                     what=f"{asked} answers question {number} in #{channel.name}",
                 )
-                firsts.append((asked, world.persona_of(after()[0].author)))
+                first = after()[0]
+                poster = world.persona_of(first.author) or ""
+                platform = fleet.runtimes[poster].platform
+                assert isinstance(platform, DiscordPlatform)
+                seen = platform.seen_when_posting(str(first.id))
+                firsts.append(Answered(asked, poster, crossed=seen is not None and seen < question.id))
                 await asyncio.sleep(rng.uniform(0.0, 1.0))  # the others talk on meanwhile
             return firsts
 
@@ -159,10 +173,13 @@ async def test_the_asked_persona_answers_first_when_the_arbiters_bot_hears_disco
         await fake.flush_delayed(world.arbiter)
         histories = {channel: await live.history(str(channel.id)) for channel in channels}
 
-    firsts = [pair for pairs in answered for pair in pairs]
+    firsts = [first for per_channel in answered for first in per_channel]
     assert len(firsts) == 100
-    missed = [(asked, first) for asked, first in firsts if asked != first]
-    assert len(missed) <= 1, f"(asked, who posted first): {missed}"
+    # Another persona's post may cross a question on its way (sent before its account could read it); none other
+    # comes between a question and the answer. Crossings are rare: the post must be in flight as the question is.
+    missed = [first for first in firsts if first.asked != first.poster]
+    assert all(first.crossed for first in missed), f"posted first, having seen the question: {missed}"
+    assert len(missed) <= 10, f"(asked, who posted first): {missed}"
     for channel, history in histories.items():
         posted = [int(m.platform_message_id) for m in history if (m.platform_message_id or "").isdigit()]
         assert posted == sorted(posted), f"#{channel.name}: the history is not in the channel's order"
