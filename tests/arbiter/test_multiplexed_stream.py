@@ -151,7 +151,7 @@ async def play(arbiters: list[Served], names: list[str], plan: Plan) -> list[dic
                 await subscribe(ws, **{c: (seen[c][-1] if seen[c] else 0) for c in names})
                 while take > 0 and not done(seen):
                     try:
-                        frame = await next_frame(ws, within=3)
+                        frame = await next_frame(ws)
                     except TimeoutError:
                         return seen  # a message that never came: the check below names it
                     if frame["type"] == "message":

@@ -136,7 +136,7 @@ async def play(arbiters: list[Served], channel: str, plan: Plan) -> list[list[in
             async with client.ws_connect(events_path(channel, after), headers=auth("hana")) as ws:
                 while take > 0 and seen[-1:] != [total]:
                     try:
-                        event = await next_event(ws, within=3)
+                        event = await next_event(ws)
                     except TimeoutError:
                         return seen  # a message that never came: the check below names it
                     if event["type"] == "message":
@@ -209,7 +209,7 @@ async def test_a_message_decided_while_nobody_watched_and_committed_as_a_stream_
     await asyncio.gather(occupied, held)
     seq = (await said).seq
     async with await connecting as ws:
-        events = await read_until(ws, lambda event: event["type"] == "message", within=3)
+        events = await read_until(ws, lambda event: event["type"] == "message")
     assert [event["message"]["seq"] for event in events if event["type"] == "message"] == [seq]
 
 
