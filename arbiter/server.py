@@ -23,6 +23,8 @@ from arbiter.mcp.wake import WakeSockets, add_wake_routes
 from arbiter.service import ArbiterService
 from arbiter.storage.database import Database, PostgresDatabase, SqliteDatabase
 from arbiter.storage.lock import SqliteFileLock, sqlite_path
+from arbiter.storage.memory import MemoryStorage
+from arbiter.storage.memory_sessions import MemorySessions
 from arbiter.storage.migrate import migrate
 from arbiter.storage.pubsub import PostgresRelay
 from arbiter.storage.sql_port import DatabaseReads, DatabaseSessions
@@ -66,10 +68,13 @@ async def open_arbiter(
     *,
     clock: Callable[[], float] = time.time,
     extra_personas: dict[str, str] | None = None,
+    in_memory: bool = False,
 ) -> AsyncIterator[Arbiter]:
     """Open the database (migrating it), start the writer and, on PostgreSQL, the cross-process relay.
 
-    ``extra_personas`` adds persona tokens beside the configured ones (the local room makes its own).
+    ``extra_personas`` adds persona tokens beside the configured ones (the local room makes its own). ``in_memory``:
+    no database at all, the storage's in-memory twin instead (``arbiter.storage.memory``; ``database_url`` is not
+    read); nothing outlives the block.
     """
     tokens = {pid: token.get_secret_value() for pid, token in settings.persona_tokens.items()}
     tokens.update(extra_personas or {})
@@ -79,7 +84,10 @@ async def open_arbiter(
     auth = TokenAuth(tokens, admin)
     async with contextlib.AsyncExitStack() as stack:
         hub = EventHub()
-        storage = await Storage.database(settings.database_url, clock, hub, stack)
+        if in_memory:
+            storage = Storage.twin(clock, hub)
+        else:
+            storage = await Storage.database(settings.database_url, clock, hub, stack)
         stack.callback(hub.close_all)  # (after the database's: closed before it)
         await storage.writer.start()
         stack.push_async_callback(storage.writer.close)
@@ -110,12 +118,17 @@ async def open_arbiter(
 
 @dataclass(frozen=True, slots=True)
 class Storage:
-    """The storage behind the port (``arbiter.storage.port``)."""
+    """The storage behind the port (``arbiter.storage.port``): the database's, or the in-memory twin."""
 
     writer: StorageWriter
     reads: StorageReads
     sessions: SessionStore
     relay: PostgresRelay | None = None
+
+    @staticmethod
+    def twin(clock: Callable[[], float], hub: EventHub) -> Storage:
+        twin = MemoryStorage(clock, hub.publish)
+        return Storage(twin, twin, MemorySessions())
 
     @staticmethod
     async def database(
