@@ -11,20 +11,19 @@ from arbiter.core import rules
 from arbiter.core.models import ChannelSettings, ChannelState
 from arbiter.core.validation import patch_settings
 from arbiter.service_core import ServiceCore
-from arbiter.storage import repository as repo
 from arbiter.views import level_event, settings_view
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from arbiter.storage.writer import WriteTx
+    from arbiter.storage.port import StepTx
 
 __all__ = ("ChannelAdministration",)
 
 
 class ChannelAdministration(ServiceCore):
     async def channels(self) -> wire.ChannelList:
-        rows = await self._database.read(repo.channel_ids)
+        rows = await self._reads.channel_ids()
         return wire.ChannelList(
             channels=[wire.ChannelSummary(channel_id=cid, enabled=enabled, last_seq=seq) for cid, enabled, seq in rows]
         )
@@ -40,7 +39,7 @@ class ChannelAdministration(ServiceCore):
         """Create the channel with the default settings plus ``changes``; if it exists, apply ``changes`` to it."""
         settings = patch_settings(self._defaults, changes or {})
 
-        def run(tx: WriteTx) -> wire.SettingsView:
+        def run(tx: StepTx) -> wire.SettingsView:
             state = tx.channel(channel_id)
             if state is not None:
                 if not changes:
@@ -56,7 +55,7 @@ class ChannelAdministration(ServiceCore):
     async def update_settings(self, channel_id: str, changes: Mapping[str, Any]) -> wire.SettingsView:
         """Change settings; the result is checked as a whole, and nothing changes if any part is invalid."""
 
-        def step(tx: WriteTx, state: ChannelState) -> wire.SettingsView:
+        def step(tx: StepTx, state: ChannelState) -> wire.SettingsView:
             return self._save_settings(tx, state, patch_settings(state.settings, changes))
 
         return await self._change(channel_id, step)
@@ -66,7 +65,7 @@ class ChannelAdministration(ServiceCore):
     ) -> wire.SettingsView:
         self.registry.require(persona_id)
 
-        def step(tx: WriteTx, state: ChannelState) -> wire.SettingsView:
+        def step(tx: StepTx, state: ChannelState) -> wire.SettingsView:
             policy = state.settings.policy(persona_id)
             policy = replace(
                 policy,
@@ -82,7 +81,7 @@ class ChannelAdministration(ServiceCore):
         it in the settings, and one that cannot hands back any floor it has (``rules.stand``)."""
         self.registry.require(persona_id)
 
-        def step(tx: WriteTx, state: ChannelState) -> wire.PersonaView:
+        def step(tx: StepTx, state: ChannelState) -> wire.PersonaView:
             transition = rules.stand(state, persona_id, cannot_post)
             if transition.state is not state:
                 self._save_settings(tx, state, transition.state.settings, next_state=transition.state)
@@ -91,7 +90,7 @@ class ChannelAdministration(ServiceCore):
         return await self._change(channel_id, step)
 
     def _save_settings(
-        self, tx: WriteTx, state: ChannelState, settings: ChannelSettings, *, next_state: ChannelState | None = None
+        self, tx: StepTx, state: ChannelState, settings: ChannelSettings, *, next_state: ChannelState | None = None
     ) -> wire.SettingsView:
         """Save ``settings`` (in ``next_state``, when a rule changed more than the settings) and tell the streams."""
         now = tx.now()
@@ -112,14 +111,14 @@ class ChannelAdministration(ServiceCore):
         stay; claims under way are closed and refunded, see ``rules.clear_history``). Returns how many messages were
         deleted."""
 
-        def step(tx: WriteTx, state: ChannelState) -> int:
+        def step(tx: StepTx, state: ChannelState) -> int:
             deleted = tx.delete_history(channel_id)
             transition = rules.clear_history(state, tx.now())
             tx.replace_state(transition.state)
             tx.emit(wire.ClearedEvent(channel_id=channel_id, last_seq=state.last_seq))
             self._commit(tx, state, transition)  # the claims it closed, heard of after the clear
             # What the personas remembered of it goes with it.
-            forgotten = repo.delete_memories(tx.conn, channel_id)
+            forgotten = tx.delete_memories(channel_id)
             tx.emit(*(wire.MemoryEvent(channel_id=channel_id, persona=pid, memory=None) for pid in forgotten))
             return deleted
 

@@ -13,14 +13,13 @@ from arbiter.core.errors import NotFound
 from arbiter.core.models import AuthorKind, ChannelState, Message
 from arbiter.core.rules import Author
 from arbiter.service_core import ServiceCore, platform_place
-from arbiter.storage import repository as repo
 from arbiter.views import message_view
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from arbiter.core.rules import Transition
-    from arbiter.storage.writer import WriteTx
+    from arbiter.storage.port import StepTx
 
 __all__ = ("IntakeMark", "PlatformIntake")
 
@@ -60,7 +59,7 @@ class PlatformIntake(ServiceCore):
         (the history's times follow its order). See ``rules.observe`` for what a late message still does.
         """
 
-        def step(tx: WriteTx, state: ChannelState) -> wire.ObserveResult:
+        def step(tx: StepTx, state: ChannelState) -> wire.ObserveResult:
             if platform_message_id is not None:
                 known = tx.message_by_platform_id(channel_id, platform_message_id)
                 if known is not None:
@@ -90,7 +89,7 @@ class PlatformIntake(ServiceCore):
 
         return await self._change(channel_id, step)
 
-    def _after_it(self, tx: WriteTx, state: ChannelState, message: Message, *, since: int) -> None:
+    def _after_it(self, tx: StepTx, state: ChannelState, message: Message, *, since: int) -> None:
         """The messages recorded after seq ``since`` and before ``message`` that the platform shows after it (it was
         heard late, while they were on their way: a persona's) move to the end of the history, in the platform's
         order (``rules.move_to_end``)."""
@@ -116,14 +115,14 @@ class PlatformIntake(ServiceCore):
         platform id (a Discord snowflake): the newest message's by seq that has one, deleted ones included; the
         ids of emoji reactions that stand in for a persona's nod (``reaction-...``) are not messages."""
         state = await self._read_state(channel_id, self.now())
-        ids = await self._database.read(repo.recent_platform_ids, channel_id, 50)
+        ids = await self._reads.recent_platform_ids(channel_id, 50)
         return IntakeMark(after=next((pid for pid in ids if pid.isdigit()), None), since=state.history_since)
 
-    def _unlinked(self, tx: WriteTx, channel_id: str, persona_id: str) -> Message | None:
+    def _unlinked(self, tx: StepTx, channel_id: str, persona_id: str) -> Message | None:
         """The persona's newest granted message that has no platform id yet. A persona posts one message at a
         time, so that is the one just seen; the platform may have changed its text a little (formatting), so
         the text is not compared."""
-        for message in reversed(repo.recent_history(tx.conn, channel_id, 20)):
+        for message in reversed(tx.recent_history(channel_id, 20)):
             if message.author_id == persona_id and message.author_kind is AuthorKind.PERSONA:
                 return message if message.platform_message_id is None else None
         return None
@@ -139,7 +138,7 @@ class PlatformIntake(ServiceCore):
     async def _on_platform_message(
         self, channel_id: str, platform_message_id: str, text: str | None
     ) -> wire.MessageView:
-        def step(tx: WriteTx, state: ChannelState) -> wire.MessageView:
+        def step(tx: StepTx, state: ChannelState) -> wire.MessageView:
             message = tx.message_by_platform_id(channel_id, platform_message_id)
             if message is None:
                 raise NotFound(
@@ -153,7 +152,7 @@ class PlatformIntake(ServiceCore):
 
         return await self._change(channel_id, step)
 
-    def _platform_changed(self, tx: WriteTx, state: ChannelState, message: Message, text: str | None) -> Transition:
+    def _platform_changed(self, tx: StepTx, state: ChannelState, message: Message, text: str | None) -> Transition:
         """``message`` as the platform shows it now: deleted (``text`` None), or with ``text``."""
         transition = rules.delete(state, message) if text is None else rules.edit(state, message, text, tx.now())
         if transition.changed:
@@ -170,9 +169,9 @@ class PlatformIntake(ServiceCore):
         read the change. A persona's own message is only ever deleted (nobody else may edit it, and the platform
         may show its text formatted). Returns how many were (edited, deleted)."""
 
-        def step(tx: WriteTx, state: ChannelState) -> tuple[int, int]:
+        def step(tx: StepTx, state: ChannelState) -> tuple[int, int]:
             edited = deleted = 0
-            for message in repo.recent_history(tx.conn, channel_id, _RECONCILED):
+            for message in tx.recent_history(channel_id, _RECONCILED):
                 place = platform_place(message)
                 if place is None or not after < place <= until:
                     continue

@@ -10,12 +10,11 @@ from arbiter import contract as wire
 from arbiter.core.errors import ConflictError, InvalidRequest
 from arbiter.core.models import Memory
 from arbiter.service_core import ServiceCore
-from arbiter.storage import repository as repo
 from arbiter.views import memory_view
 
 if TYPE_CHECKING:
     from arbiter.core.models import ChannelState
-    from arbiter.storage.writer import WriteTx
+    from arbiter.storage.port import StepTx
 
 __all__ = ("PersonaMemory",)
 
@@ -43,7 +42,7 @@ class PersonaMemory(ServiceCore):
                 code="history_cleared",
             )
 
-    def _store_memory(self, tx: WriteTx, channel_id: str, persona_id: str, update: wire.MemoryUpdate | None) -> None:
+    def _store_memory(self, tx: StepTx, channel_id: str, persona_id: str, update: wire.MemoryUpdate | None) -> None:
         """Store the persona's new state in the turn's transaction, unless a newer one is stored already."""
         if update is None:
             return
@@ -56,7 +55,7 @@ class PersonaMemory(ServiceCore):
     async def memories(self, channel_id: str, persona_id: str | None = None) -> wire.MemoryList:
         """The channel's dialogue states, by persona (or only ``persona_id``'s: none until it has one)."""
         await self._read_state(channel_id, self.now())
-        found = await self._database.read(repo.load_memories, channel_id, persona_id)
+        found = await self._reads.memories(channel_id, persona_id)
         return wire.MemoryList(memories=[memory_view(memory) for memory in found])
 
     async def reset_memory(self, channel_id: str, persona_id: str | None = None) -> list[str]:
@@ -65,9 +64,8 @@ class PersonaMemory(ServiceCore):
         if persona_id is not None:
             self.registry.require(persona_id)
 
-        def step(tx: WriteTx, _state: ChannelState) -> list[str]:
-            tx.require_lock()
-            deleted = repo.delete_memories(tx.conn, channel_id, persona_id)
+        def step(tx: StepTx, _state: ChannelState) -> list[str]:
+            deleted = tx.delete_memories(channel_id, persona_id)
             tx.emit(*(wire.MemoryEvent(channel_id=channel_id, persona=pid, memory=None) for pid in deleted))
             return deleted
 

@@ -23,8 +23,11 @@ from arbiter.mcp.wake import WakeSockets, add_wake_routes
 from arbiter.service import ArbiterService
 from arbiter.storage.database import Database, PostgresDatabase, SqliteDatabase
 from arbiter.storage.lock import SqliteFileLock, sqlite_path
+from arbiter.storage.memory import MemoryStorage
+from arbiter.storage.memory_sessions import MemorySessions
 from arbiter.storage.migrate import migrate
 from arbiter.storage.pubsub import PostgresRelay
+from arbiter.storage.sql_port import DatabaseReads, DatabaseSessions
 from arbiter.storage.writer import BatchWriter
 from arbiter.ticker import RefundTicker
 
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
     from arbiter.settings import ArbiterSettings
+    from arbiter.storage.port import SessionStore, StorageReads, StorageWriter
 
 __all__ = ("Arbiter", "open_arbiter", "serve_app", "serving")
 
@@ -60,11 +64,17 @@ class Arbiter:
 
 @contextlib.asynccontextmanager
 async def open_arbiter(
-    settings: ArbiterSettings, *, clock: Callable[[], float] = time.time, extra_personas: dict[str, str] | None = None
+    settings: ArbiterSettings,
+    *,
+    clock: Callable[[], float] = time.time,
+    extra_personas: dict[str, str] | None = None,
+    in_memory: bool = False,
 ) -> AsyncIterator[Arbiter]:
     """Open the database (migrating it), start the writer and, on PostgreSQL, the cross-process relay.
 
-    ``extra_personas`` adds persona tokens beside the configured ones (the local room makes its own).
+    ``extra_personas`` adds persona tokens beside the configured ones (the local room makes its own). ``in_memory``:
+    no database at all, the storage's in-memory twin instead (``arbiter.storage.memory``; ``database_url`` is not
+    read); nothing outlives the block.
     """
     tokens = {pid: token.get_secret_value() for pid, token in settings.persona_tokens.items()}
     tokens.update(extra_personas or {})
@@ -73,13 +83,63 @@ async def open_arbiter(
     admin = settings.admin_token.get_secret_value() if settings.admin_token else None
     auth = TokenAuth(tokens, admin)
     async with contextlib.AsyncExitStack() as stack:
-        database = Database.open(settings.database_url)
+        hub = EventHub()
+        if in_memory:
+            storage = Storage.twin(clock, hub)
+        else:
+            storage = await Storage.database(settings.database_url, clock, hub, stack)
+        stack.callback(hub.close_all)  # (after the database's: closed before it)
+        await storage.writer.start()
+        stack.push_async_callback(storage.writer.close)
+        if storage.relay is not None:
+            await storage.relay.start()
+            stack.push_async_callback(storage.relay.close)
+        service = ArbiterService(
+            storage.reads,
+            storage.writer,
+            clock=clock,
+            new_id=IdFactory(),
+            personas=tokens,
+            agents=agents,
+            # Other processes on the database hear every event through the relay; alone, only what is watched.
+            wants_events=None if storage.relay is not None else hub.watching,
+        )
+        await service.load_personas()
+        hub.add_listener(service.registry.on_event)
+        ticker = RefundTicker(service, hub, clock)
+        stack.callback(ticker.close)
+        limits = SessionLimits(settings.mcp_sessions_per_token, settings.mcp_session_idle_s)
+        kept = KeptSessions(storage.sessions, clock, limits)
+        app = build_app(service, hub, auth)
+        add_mcp_routes(app, McpEndpoint(service, hub, kept, package_version()))
+        add_wake_routes(app, WakeSockets(service, hub, per_token=limits.per_token))
+        yield Arbiter(settings, service, hub, app)
+
+
+@dataclass(frozen=True, slots=True)
+class Storage:
+    """The storage behind the port (``arbiter.storage.port``): the database's, or the in-memory twin."""
+
+    writer: StorageWriter
+    reads: StorageReads
+    sessions: SessionStore
+    relay: PostgresRelay | None = None
+
+    @staticmethod
+    def twin(clock: Callable[[], float], hub: EventHub) -> Storage:
+        twin = MemoryStorage(clock, hub.publish)
+        return Storage(twin, twin, MemorySessions())
+
+    @staticmethod
+    async def database(
+        url: str, clock: Callable[[], float], hub: EventHub, stack: contextlib.AsyncExitStack
+    ) -> Storage:
+        """The database at ``url``, migrated; closed by ``stack``."""
+        database = Database.open(url)
         if isinstance(database, SqliteDatabase):
             stack.enter_context(SqliteFileLock(sqlite_path(database.url)))
         stack.push_async_callback(database.dispose)
         await migrate(database)
-        hub = EventHub()
-        stack.callback(hub.close_all)
         writer = BatchWriter(database, clock, hub.publish, owns_database=database.is_sqlite)
         relay = None
         if isinstance(database, PostgresDatabase):
@@ -88,31 +148,7 @@ async def open_arbiter(
                 database.engine, hub.publish, hub.watching, changed=writer.changed_elsewhere, hearing=writer.hearing
             )
             writer.notifier = relay.payloads
-        await writer.start()
-        stack.push_async_callback(writer.close)
-        if relay is not None:
-            await relay.start()
-            stack.push_async_callback(relay.close)
-        service = ArbiterService(
-            database,
-            writer,
-            clock=clock,
-            new_id=IdFactory(),
-            personas=tokens,
-            agents=agents,
-            # Other processes on the database hear every event through the relay; alone, only what is watched.
-            wants_events=None if relay is not None else hub.watching,
-        )
-        await service.load_personas()
-        hub.add_listener(service.registry.on_event)
-        ticker = RefundTicker(service, hub, clock)
-        stack.callback(ticker.close)
-        limits = SessionLimits(settings.mcp_sessions_per_token, settings.mcp_session_idle_s)
-        kept = KeptSessions(database, clock, limits)
-        app = build_app(service, hub, auth)
-        add_mcp_routes(app, McpEndpoint(service, hub, kept, package_version()))
-        add_wake_routes(app, WakeSockets(service, hub, per_token=limits.per_token))
-        yield Arbiter(settings, service, hub, app)
+        return Storage(writer, DatabaseReads(database), DatabaseSessions(database), relay)
 
 
 @contextlib.asynccontextmanager

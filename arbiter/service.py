@@ -1,10 +1,10 @@
 """ArbiterService: loads state, asks the core, persists, publishes. The only caller of ``arbiter.core``.
 
 The HTTP API, the moderators' slash commands and the local room all call these methods: one code path.
-Changes run through the BatchWriter (one locked transaction per batch); reads go straight to the database. The
-service is assembled from its parts: the shared plumbing (``service_core``), observing the platform (``intake``)
-administering channels (``administration``) and the personas' memories (``memories``); speaking and reading are
-here.
+Changes run through the storage's writer (one transaction per batch); reads go straight to storage (both typed
+against ``arbiter.storage.port``). The service is assembled from its parts: the shared plumbing (``service_core``),
+observing the platform (``intake``) administering channels (``administration``) and the personas' memories
+(``memories``); speaking and reading are here.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from arbiter.core.models import Message, PersonaInfo, SpendState, Tier
 from arbiter.events import PersonaEvent
 from arbiter.intake import IntakeMark, PlatformIntake
 from arbiter.memories import PersonaMemory
-from arbiter.storage import repository as repo
 from arbiter.views import (
     claim_result,
     level_event,
@@ -36,14 +35,14 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from arbiter.core.models import ChannelState
-    from arbiter.storage.writer import WriteTx
+    from arbiter.storage.port import StepTx
 
 __all__ = ("ArbiterService", "IntakeMark")
 
 _log = logging.getLogger(__name__)
 
 
-def _nothing(_tx: WriteTx) -> None:
+def _nothing(_tx: StepTx) -> None:
     """A step that changes nothing: run through the writer, it returns once every step queued before it has."""
 
 
@@ -66,7 +65,7 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
     ) -> wire.SpeakResult:
         self.registry.require(persona_id)
 
-        def step(tx: WriteTx, state: ChannelState) -> wire.SpeakResult:
+        def step(tx: StepTx, state: ChannelState) -> wire.SpeakResult:
             now = tx.now()
             transition = rules.consume(
                 state, self.registry.author(persona_id), text, now,
@@ -91,7 +90,7 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
         requests: ``notes``, its notes here; ``own_lines``, up to that many of its own last lines."""
         self.registry.require(persona_id)
 
-        def step(tx: WriteTx, state: ChannelState) -> wire.ClaimResult:
+        def step(tx: StepTx, state: ChannelState) -> wire.ClaimResult:
             now = tx.now()
             transition = rules.claim(state, persona_id, tier, now, claim_id=self._new_id(), based_on_seq=based_on_seq)
             self._commit(tx, state, transition)
@@ -99,10 +98,10 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
             if result.granted:
                 found: dict[str, object] = {}
                 if notes:
-                    memories = repo.load_memories(tx.conn, channel_id, persona_id)
+                    memories = tx.memories(channel_id, persona_id)
                     found["memory"] = memory_view(memories[0]) if memories else None
                 if own_lines:
-                    said = repo.said_by(tx.conn, channel_id, persona_id, own_lines)
+                    said = tx.said_by(channel_id, persona_id, own_lines)
                     found["own_lines"] = [message_view(message) for message in said]
                 return result.model_copy(update=found) if found else result
             # The persona planned from a status a claim has since moved: the fresh one saves it asking (or planning
@@ -128,7 +127,7 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
         (a refused persona gives its claim back, and its state with it)."""
         self.registry.require(persona_id)
 
-        def step(tx: WriteTx, state: ChannelState) -> wire.SpeakResult:
+        def step(tx: StepTx, state: ChannelState) -> wire.SpeakResult:
             now = tx.now()
             replay = self._replayed_speech(tx, state, persona_id, claim_id, text=text)
             if replay is not None:
@@ -149,7 +148,7 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
 
     @staticmethod
     def _replayed_speech(
-        tx: WriteTx, state: ChannelState, persona_id: str, claim_id: str, *, text: str
+        tx: StepTx, state: ChannelState, persona_id: str, claim_id: str, *, text: str
     ) -> rules.SpeechGranted | None:
         """A speak repeated after a lost answer gets the same answer, not a second message."""
         spend = state.spend(claim_id)
@@ -168,7 +167,7 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
         """Give a claim back (a pass); ``memory``, the persona's new dialogue state, is stored with it."""
         self.registry.require(persona_id)
 
-        def step(tx: WriteTx, state: ChannelState) -> wire.ReleaseResult:
+        def step(tx: StepTx, state: ChannelState) -> wire.ReleaseResult:
             now = tx.now()
             self._check_memory(state, memory)
             self._check_not_cleared(state, memory)
@@ -183,7 +182,7 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
         """Take back a granted message whose platform post failed, refunding its cost at once."""
         self.registry.require(persona_id)
 
-        def step(tx: WriteTx, state: ChannelState) -> wire.RetractResult:
+        def step(tx: StepTx, state: ChannelState) -> wire.RetractResult:
             message = self._message(tx, channel_id, seq)
             if message.spend_id:
                 state = tx.channel(channel_id, spend_ids=[message.spend_id]) or state
@@ -200,7 +199,7 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
         """Attach the platform's message id to a message the persona posted."""
         self.registry.require(persona_id)
 
-        def step(tx: WriteTx, state: ChannelState) -> wire.MessageView:
+        def step(tx: StepTx, state: ChannelState) -> wire.MessageView:
             message = self._message(tx, channel_id, seq)
             other = tx.message_by_platform_id(channel_id, platform_message_id)
             if other is not None and other.seq != seq:
@@ -220,7 +219,7 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
     ) -> wire.UsageResult:
         self.registry.require(persona_id)
 
-        def step(tx: WriteTx, state: ChannelState) -> wire.UsageResult:
+        def step(tx: StepTx, state: ChannelState) -> wire.UsageResult:
             now = tx.now()
             tokens = (prompt_tokens, completion_tokens)
             tx.add_usage(channel_id, persona_id, day=rules.utc_day(now), tokens=tokens)
@@ -251,16 +250,15 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
         self.registry.require(persona_id)
         info = PersonaInfo(persona_id, display_name, tuple(aliases), color, platform_user_id, cannot_speak)
 
-        def step(tx: WriteTx) -> None:
-            tx.require_lock()
-            repo.upsert_persona(tx.conn, info, tx.now())
+        def step(tx: StepTx) -> None:
+            tx.save_persona(info)
             view = persona_view(info, kind=self.registry.kind(persona_id))
             tx.emit(PersonaEvent.model_validate(view, from_attributes=True))
 
         await self._writer.run(step)
 
     async def load_personas(self) -> None:
-        self.registry.update(await self._database.read(repo.persona_infos))
+        self.registry.update(await self._reads.persona_infos())
 
     # --- reading ----------------------------------------------------------------------------------------
 
@@ -289,7 +287,7 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
         return level_event(state, now), state.last_seq
 
     async def history(self, channel_id: str, *, after: int = 0, limit: int = 50) -> wire.HistoryPage:
-        messages = await self._database.read(repo.history, channel_id, after, limit + 1)
+        messages = await self._reads.history(channel_id, after, limit + 1)
         if not messages:
             # Only a channel that exists has messages: it is looked up only when there are none.
             await self._read_state(channel_id, self.now())
@@ -303,4 +301,4 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
 
     async def recent(self, channel_id: str, limit: int) -> list[wire.MessageView]:
         """The last ``limit`` messages, oldest first."""
-        return [message_view(m) for m in await self._database.read(repo.recent_history, channel_id, limit)]
+        return [message_view(m) for m in await self._reads.recent_history(channel_id, limit)]

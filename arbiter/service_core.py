@@ -10,7 +10,6 @@ from arbiter.core.errors import NotFound
 from arbiter.core.models import ChannelSettings
 from arbiter.core.validation import validate_settings
 from arbiter.registry import PersonaRegistry
-from arbiter.storage import repository as repo
 from arbiter.views import transition_events
 
 if TYPE_CHECKING:
@@ -18,8 +17,7 @@ if TYPE_CHECKING:
 
     from arbiter.core.models import ChannelState, Message
     from arbiter.core.rules import Transition
-    from arbiter.storage.database import Database
-    from arbiter.storage.writer import BatchWriter, Clock, WriteTx
+    from arbiter.storage.port import StepTx, StorageReads, StorageWriter
 
 __all__ = ("ServiceCore", "platform_place")
 
@@ -39,15 +37,16 @@ def platform_place(message: Message | None) -> int | None:
 
 
 class ServiceCore:
-    """What every part of the service shares: the database, the writer, the clock, the personas, the defaults;
-    running a step on a channel's locked state, and committing a transition with its events."""
+    """What every part of the service shares: the storage (its writer and its reads, ``arbiter.storage.port``), the
+    clock, the personas, the defaults; running a step on a channel's locked state, and committing a transition with
+    its events."""
 
     def __init__(
         self,
-        database: Database,
-        writer: BatchWriter,
+        reads: StorageReads,
+        writer: StorageWriter,
         *,
-        clock: Clock,
+        clock: Callable[[], float],
         new_id: Callable[[], str],
         personas: Collection[str] = (),
         agents: Collection[str] = (),
@@ -58,7 +57,7 @@ class ServiceCore:
         when no one will (the common case on one SQLite process with no open streams). None: always build them
         (other arbiter processes may be listening). ``agents``: the external agents' ids (members like the
         personas; see ``arbiter.registry``)."""
-        self._database = database
+        self._reads = reads
         self._writer = writer
         self._clock = clock
         self._new_id = new_id
@@ -73,11 +72,11 @@ class ServiceCore:
     # --- plumbing ---------------------------------------------------------------------------------------
 
     async def _change(
-        self, channel_id: str, step: Callable[[WriteTx, ChannelState], T], spend_ids: Sequence[str] = ()
+        self, channel_id: str, step: Callable[[StepTx, ChannelState], T], spend_ids: Sequence[str] = ()
     ) -> T:
         """Run ``step`` on the channel's locked state in the writer. Steps are synchronous (see storage.writer)."""
 
-        def run(tx: WriteTx) -> T:
+        def run(tx: StepTx) -> T:
             state = tx.channel(channel_id, spend_ids=spend_ids)
             if state is None:
                 raise NotFound(f"unknown channel {channel_id}", field="channel_id", code="unknown_channel")
@@ -85,7 +84,7 @@ class ServiceCore:
 
         return await self._writer.run(run, (channel_id,))
 
-    def _commit(self, tx: WriteTx, before: ChannelState, transition: Transition) -> None:
+    def _commit(self, tx: StepTx, before: ChannelState, transition: Transition) -> None:
         if transition.changed:
             tx.apply(transition)
             if self._heard(before.channel_id):
@@ -99,19 +98,19 @@ class ServiceCore:
         state = await self._writer.remembered(channel_id)
         if state is not None:
             return state
-        state = await self._database.read(repo.load_channel, channel_id, now)
+        state = await self._reads.channel(channel_id, now)
         if state is None:
             raise NotFound(f"unknown channel {channel_id}", field="channel_id", code="unknown_channel")
         return state
 
     @staticmethod
-    def _newest_time(tx: WriteTx, state: ChannelState) -> float:
+    def _newest_time(tx: StepTx, state: ChannelState) -> float:
         """When the channel's newest message was said (-inf when its history is empty)."""
         newest = tx.message(state.channel_id, state.last_seq) if state.last_seq else None
         return float("-inf") if newest is None else newest.created_at
 
     def _linked(
-        self, tx: WriteTx, state: ChannelState, persona_id: str, message: Message, platform_message_id: str
+        self, tx: StepTx, state: ChannelState, persona_id: str, message: Message, platform_message_id: str
     ) -> Transition:
         """A persona's granted message linked to the platform's id for it, in the place the platform shows it: after a
         message recorded after it but said before it there (heard late, while it was on its way), it moves to the
@@ -129,7 +128,7 @@ class ServiceCore:
                 )
         return linked
 
-    def _message(self, tx: WriteTx, channel_id: str, seq: int) -> Message:
+    def _message(self, tx: StepTx, channel_id: str, seq: int) -> Message:
         message = tx.message(channel_id, seq)
         if message is None:
             raise NotFound(f"no message {seq} in channel {channel_id}", field="seq", code="unknown_message")

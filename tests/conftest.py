@@ -32,12 +32,14 @@ def auth(who: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def make_settings(database_url: str, **overrides: Any) -> ArbiterSettings:
+def make_settings(database_url: str | None, **overrides: Any) -> ArbiterSettings:
+    """The test arbiter's settings; ``database_url`` None for the in-memory twin (the default URL, never opened)."""
+    database = {} if database_url is None else {"database_url": database_url}
     return ArbiterSettings(
-        database_url=database_url,
         admin_token=ADMIN_TOKEN,
         persona_tokens=PERSONA_TOKENS,
         _env_file=None,
+        **database,
         **overrides,
     )
 
@@ -93,19 +95,30 @@ OpenArbiter = Callable[..., Awaitable[Arbiter]]
 
 @pytest.fixture
 async def open_test_arbiter(clock: FakeClock) -> AsyncIterator[OpenArbiter]:
-    """Open arbiters on a database; all are closed at the end of the test."""
+    """Open arbiters on a database (None: on the in-memory twin); all are closed at the end of the test."""
     async with AsyncExitStack() as stack:
 
-        async def opener(database_url: str, *, arbiter_clock: Callable[[], float] | None = None) -> Arbiter:
+        async def opener(database_url: str | None, *, arbiter_clock: Callable[[], float] | None = None) -> Arbiter:
             settings = make_settings(database_url)
-            return await stack.enter_async_context(open_arbiter(settings, clock=arbiter_clock or clock))
+            opened = open_arbiter(settings, clock=arbiter_clock or clock, in_memory=database_url is None)
+            return await stack.enter_async_context(opened)
 
         yield opener
 
 
+def storage_url(request: pytest.FixtureRequest) -> str | None:
+    """Where a test's arbiter keeps its data: the in-memory twin (None), unless the test is marked ``on_sqlite``
+    (it tests the storage: then on the file of its ``sqlite_url``)."""
+    if request.node.get_closest_marker("on_sqlite") is None:
+        return None
+    url: str = request.getfixturevalue("sqlite_url")
+    return url
+
+
 @pytest.fixture
-async def arbiter(open_test_arbiter: OpenArbiter, sqlite_url: str) -> Arbiter:
-    return await open_test_arbiter(sqlite_url)
+async def arbiter(request: pytest.FixtureRequest, open_test_arbiter: OpenArbiter) -> Arbiter:
+    """An arbiter on the in-memory twin (``arbiter.storage.memory``), or on SQLite for a test marked ``on_sqlite``."""
+    return await open_test_arbiter(storage_url(request))
 
 
 @pytest.fixture

@@ -1,12 +1,13 @@
 """MCP sessions the arbiter need not remember: a session id proves itself, and what a session keeps (its
-subscriptions) lives in the database.
+subscriptions) lives in storage.
 
 A session id is a random nonce and a MAC of it keyed by the caller's token, so any arbiter process that knows the
 token (every one of a deployment, and the same one after a restart) recognises the session without having seen it,
 and no other token can use it. Opening a session therefore stores nothing: a client that opens ten thousand and
-walks away costs nothing. What a session keeps, its subscriptions to channel histories, is a row per channel in
-``mcp_subscriptions`` (``arbiter.storage.subscriptions``), capped per token (the least recently used of a token's
-sessions gives way to its newest, never another token's) and forgotten after ``idle_s`` without a sign of use.
+walks away costs nothing. What a session keeps, its subscriptions to channel histories, is in a ``SessionStore``
+(``arbiter.storage.port``: a row per channel in ``mcp_subscriptions``, or the in-memory twin's), capped per token (the
+least recently used of a token's sessions gives way to its newest, never another token's) and forgotten after
+``idle_s`` without a sign of use.
 """
 
 from __future__ import annotations
@@ -20,14 +21,10 @@ import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from arbiter.storage import subscriptions as rows
-
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from sqlalchemy import Connection
-
-    from arbiter.storage.database import Database
+    from arbiter.storage.port import SessionStore
 
 __all__ = ("KeptSessions", "SessionLimits", "new_session_id", "session_key", "session_of")
 
@@ -68,38 +65,33 @@ def session_of(session_id: str | None, key: bytes) -> str | None:
 
 
 class KeptSessions:
-    """The subscriptions of every session, in the database; ``member`` is ``""`` for the administrator."""
+    """The subscriptions of every session, in storage; ``member`` is ``""`` for the administrator."""
 
-    def __init__(self, database: Database, clock: Callable[[], float], limits: SessionLimits) -> None:
-        self._database = database
+    def __init__(self, store: SessionStore, clock: Callable[[], float], limits: SessionLimits) -> None:
+        self._store = store
         self._clock = clock
         self.limits = limits
 
     async def subscribe(self, session_id: str, member: str, channel_id: str) -> list[str]:
         """Keep the subscription; the ids of the member's sessions that gave way to it (over the cap)."""
-
-        def run(conn: Connection) -> list[str]:
-            rows.subscribe(conn, session_id, channel_id, member, self._clock())
-            return rows.evict_beyond(conn, member, self.limits.per_token)
-
-        evicted = await self._database.write(run)
+        evicted = await self._store.subscribe(session_id, channel_id, member, self._clock(), keep=self.limits.per_token)
         if evicted:
             _log.info("%s: %d MCP session(s) over the cap of %d gave way", member or "admin", len(evicted),
                       self.limits.per_token)  # fmt: skip
         return evicted
 
     async def unsubscribe(self, session_id: str, channel_id: str) -> None:
-        await self._database.write(rows.unsubscribe, session_id, channel_id)
+        await self._store.unsubscribe(session_id, channel_id)
 
     async def channels(self, session_id: str) -> set[str]:
-        return set(await self._database.read(rows.channels_of, session_id))
+        return set(await self._store.channels_of(session_id))
 
     async def touch(self, session_id: str) -> None:
-        await self._database.write(rows.touch, session_id, self._clock())
+        await self._store.touch(session_id, self._clock())
 
     async def forget(self, session_id: str) -> None:
-        await self._database.write(rows.forget, session_id)
+        await self._store.forget(session_id)
 
     async def expire(self) -> int:
         """Forget what idle sessions kept; how many subscriptions went."""
-        return await self._database.write(rows.expire, self._clock() - self.limits.idle_s)
+        return await self._store.expire(self._clock() - self.limits.idle_s)

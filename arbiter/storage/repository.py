@@ -51,6 +51,7 @@ from arbiter.core.models import (
     TierRule,
 )
 from arbiter.storage.database import sqlite_driver_change, sqlite_driver_execute, sqlite_driver_query
+from arbiter.storage.port import ChannelSummary
 from arbiter.storage.tables import ChannelRow, MemoryRow, MessageRow, PersonaRow, SpendRow, UsageRow
 
 if TYPE_CHECKING:
@@ -99,8 +100,6 @@ messages: Table = MessageRow.__table__  # type: ignore[assignment]
 token_usage: Table = UsageRow.__table__  # type: ignore[assignment]
 personas: Table = PersonaRow.__table__  # type: ignore[assignment]
 memories: Table = MemoryRow.__table__  # type: ignore[assignment]
-
-ChannelSummary = tuple[str, bool, int]  # id, enabled, last_seq
 
 # The writer's statements, built once: building a statement costs more than running it on SQLite, and a
 # reused statement also reuses its memoized cache key.

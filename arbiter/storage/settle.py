@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 
     from arbiter.core.models import ChannelState
     from arbiter.events import Event
+    from arbiter.storage.port import StepTx
     from arbiter.storage.remembered import Remembered
-    from arbiter.storage.transaction import BatchTx, StepTx
+    from arbiter.storage.transaction import BatchTx
 
 __all__ = (
     "Attempt",

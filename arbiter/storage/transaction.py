@@ -1,5 +1,6 @@
-"""A batch's transaction as its steps see it: :class:`StepTx`, what a step may call, and :class:`BatchTx`, what the
-two kinds of transaction share (``arbiter.storage.locked``, ``arbiter.storage.optimistic``).
+"""A batch's SQL transaction as its steps see it: :class:`BatchTx`, what the two kinds of transaction share
+(``arbiter.storage.locked``, ``arbiter.storage.optimistic``); each is a ``StepTx`` (``arbiter.storage.port``), what a
+step may call, its queries from ``arbiter.storage.sql_port``.
 
 A step reads what it needs, decides (the pure core), then applies. Everything it changes goes through the
 transaction's :class:`~arbiter.storage.staging.StepJournal`, so a step that raises, even after applying, leaves no
@@ -11,12 +12,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from sqlalchemy import text
 
 from arbiter.core.ledger import split
 from arbiter.storage import repository as repo
+from arbiter.storage.sql_port import TxQueries
 from arbiter.storage.staging import StagedRows, StepJournal
 
 if TYPE_CHECKING:
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
     from arbiter.events import Event
     from arbiter.storage.remembered import Remembered
 
-__all__ = ("NOTIFY_CHANNEL", "BatchTx", "NeedsLock", "StepTx", "pg_notify")
+__all__ = ("NOTIFY_CHANNEL", "BatchTx", "NeedsLock", "pg_notify")
 
 NOTIFY_CHANNEL = "aizuchi_events"  # what every arbiter process on a shared database LISTENs to
 
@@ -39,56 +41,7 @@ class NeedsLock(Exception):
     not: a new channel, a cleared history, settings...): the batch runs again that way."""
 
 
-class StepTx(Protocol):
-    """What a step may do in the batch's transaction (the service's steps are typed against this)."""
-
-    @property
-    def conn(self) -> Connection:
-        """The connection, for the reads (and, after :meth:`require_lock`, the writes) the methods here lack."""
-        ...
-
-    def now(self) -> float: ...
-
-    def channel(self, channel_id: str, *, spend_ids: Iterable[str] = ()) -> ChannelState | None:
-        """The channel's current state, locked for the rest of the batch; None if it does not exist."""
-        ...
-
-    def message(self, channel_id: str, seq: int) -> Message | None: ...
-
-    def message_by_platform_id(self, channel_id: str, platform_message_id: str) -> Message | None: ...
-
-    def require_lock(self) -> None:
-        """Before a step writes what the one-statement commit does not: the batch runs under the row locks."""
-        ...
-
-    def delete_history(self, channel_id: str) -> int:
-        """Delete the channel's messages, including any staged earlier in this batch."""
-        ...
-
-    def create_channel(self, state: ChannelState) -> ChannelState:
-        """Create the channel, or return the one another process created a moment ago."""
-        ...
-
-    def save_memory(self, memory: Memory) -> bool:
-        """Store a persona's notes unless newer ones are stored; whether they were."""
-        ...
-
-    def add_usage(self, channel_id: str, persona_id: str, *, day: int, tokens: tuple[int, int]) -> None:
-        """Count a request's tokens (prompt, completion) to the persona's usage of the day."""
-        ...
-
-    def apply(self, transition: Transition) -> None:
-        """Stage what a transition changed; everything is written at the end of the batch."""
-        ...
-
-    def replace_state(self, state: ChannelState) -> None: ...
-
-    def emit(self, *events: Event) -> None:
-        """Events to publish once the batch is committed (none, if this step fails)."""
-        ...
-
-
-class BatchTx(ABC):
+class BatchTx(TxQueries, ABC):
     """What both kinds of a batch's transaction share: the channels' states, the staged rows, the events, and the
     journal of the running step's changes (``journal``: the writer keeps or takes them back when the step ends)."""
 

@@ -15,7 +15,8 @@ the batch runs under the channels' row locks (``LockedTx``: SELECT ... FOR UPDAT
 inside them. On SQLite one process owns the file (``arbiter.storage.lock``), so the writer keeps each channel's
 committed state in memory and skips the reads; its transactions begin with BEGIN IMMEDIATE all the same.
 
-Steps are synchronous functions of a :class:`WriteTx` (``arbiter.storage.transaction.StepTx``). On SQLite the whole
+Steps are synchronous functions of a ``StepTx`` (``arbiter.storage.port``); this is the SQL side of the port's
+``StorageWriter``. On SQLite the whole
 batch runs on the database's writer thread, so a step must not touch the event loop: it reads, decides (the pure
 core), applies, and returns a value; events it emits are published on the loop after the commit.
 """
@@ -35,9 +36,10 @@ from arbiter.storage.database import HeldConnection, PostgresDatabase, SqliteDat
 from arbiter.storage.errors import StorageError
 from arbiter.storage.locked import LockedTx
 from arbiter.storage.optimistic import OptimisticTx
+from arbiter.storage.port import Step, StepTx
 from arbiter.storage.remembered import Remembered, without_expired
 from arbiter.storage.settle import Attempt, Committed, Op, drive, drive_async, run_steps, settle
-from arbiter.storage.transaction import NOTIFY_CHANNEL, StepTx, pg_notify
+from arbiter.storage.transaction import NOTIFY_CHANNEL, pg_notify
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -55,9 +57,8 @@ _log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 Clock = Callable[[], float]
-# What the service's steps are typed against (the two transactions, LockedTx and OptimisticTx, are both one).
+# What the steps are typed against (the two transactions, LockedTx and OptimisticTx, are both one): the port's.
 WriteTx = StepTx
-Step = Callable[[StepTx], R]
 
 _STOP = object()
 

@@ -272,9 +272,9 @@ async def test_bad_after_is_refused_before_the_upgrade(channel: Client) -> None:
 # --- refunds in real time ----------------------------------------------------------------------------------
 
 
-async def test_level_event_arrives_when_a_refund_comes_due(sqlite_url: str) -> None:
+async def test_level_event_arrives_when_a_refund_comes_due() -> None:
     tiers = {**TIERS, "aizuchi": {"cost": 5, "recovery_s": 0.2}}
-    async with serve(sqlite_url, clock=time.time) as served:
+    async with serve(None, clock=time.time) as served:
         await served.api.create_channel(CHANNEL, capacity=100, tiers=tiers)
         async with await served.client.ws_connect(EVENTS, headers=auth("hana")) as ws:
             assert (await next_event(ws))["level"] == 100
@@ -289,10 +289,10 @@ async def test_level_event_arrives_when_a_refund_comes_due(sqlite_url: str) -> N
     assert refunded["at"] >= due
 
 
-async def test_refund_pending_when_subscribing_still_brings_a_level_event(sqlite_url: str) -> None:
+async def test_refund_pending_when_subscribing_still_brings_a_level_event() -> None:
     # The spend happens before anyone listens, so the stream's first frame is the only hint of the refund.
     tiers = {**TIERS, "aizuchi": {"cost": 5, "recovery_s": 0.3}}
-    async with serve(sqlite_url, clock=time.time) as served:
+    async with serve(None, clock=time.time) as served:
         await served.api.create_channel(CHANNEL, capacity=100, tiers=tiers)
         await served.api.consume(CHANNEL, "kai", "aizuchi", "ほう")
         async with await served.client.ws_connect(EVENTS, headers=auth("hana")) as ws:

@@ -173,6 +173,7 @@ async def test_readers_reconnecting_anywhere_see_every_message_once_and_in_order
 # --- a change decided before a stream subscribed, committed after it read the history ---------------------
 
 
+@pytest.mark.on_sqlite  # holds the writer's thread between a step and its commit
 async def test_a_message_decided_while_nobody_watched_and_committed_as_a_stream_opened_reaches_it(
     arbiter: Arbiter, client: TestClient[Any, Any]
 ) -> None:

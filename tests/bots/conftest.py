@@ -16,9 +16,10 @@ CHANNEL = "lounge"
 
 
 @pytest.fixture
-async def live(sqlite_url: str) -> AsyncIterator[Live]:
-    """The arbiter served on a real localhost port, with a fast channel ``CHANNEL``; runtimes closed at the end."""
-    async with live_arbiter(sqlite_url) as served:
+async def live() -> AsyncIterator[Live]:
+    """The arbiter served on a real localhost port (on the in-memory twin), with a fast channel ``CHANNEL``; runtimes
+    closed at the end."""
+    async with live_arbiter() as served:
         await served.channel(CHANNEL)
         yield served
 

@@ -93,7 +93,8 @@ async def bot(arbiter: Arbiter, world: World) -> AsyncIterator[ArbiterBot]:
 
 
 @pytest.fixture
-async def live(sqlite_url: str) -> AsyncIterator[Live]:
-    """The arbiter served on a localhost port (real clock) with tokens for hana, kai and mio, for the fleet."""
-    async with live_arbiter(sqlite_url, extra_tokens=PERSONA_TOKENS) as served:
+async def live() -> AsyncIterator[Live]:
+    """The arbiter served on a localhost port (real clock, the in-memory twin) with tokens for hana, kai and mio, for
+    the fleet."""
+    async with live_arbiter(extra_tokens=PERSONA_TOKENS) as served:
         yield served

@@ -472,9 +472,10 @@ async def test_a_channel_it_cannot_read_is_warned_about_once_and_the_others_are_
 
 
 @pytest.fixture
-async def live(sqlite_url: str, clock: FakeClock) -> AsyncIterator[Live]:
-    """The arbiter served for the persona fleet, on the fake clock the local Discord keeps too."""
-    async with live_arbiter(sqlite_url, extra_tokens=PERSONA_TOKENS, clock=clock) as served:
+async def live(clock: FakeClock) -> AsyncIterator[Live]:
+    """The arbiter served for the persona fleet (on the in-memory twin), on the fake clock the local Discord keeps
+    too."""
+    async with live_arbiter(extra_tokens=PERSONA_TOKENS, clock=clock) as served:
         yield served
 
 

@@ -614,6 +614,7 @@ async def test_the_commands_answers_reach_no_one_else(world: World, lounge: str)
     assert not any(re.search(r"<@|@everyone|@here", result.content or "") for result in results)
 
 
+@pytest.mark.on_sqlite  # a refusal of the database itself
 async def test_a_refusal_of_the_database_is_said_with_its_message(
     arbiter: Arbiter, world: World, sqlite_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -168,7 +168,7 @@ async def test_run_bots_puts_the_personas_on_discord_with_a_separately_running_a
     fake: FakeDiscord, world: World, tmp_path: Path, sqlite_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with (
-        live_arbiter(sqlite_url, extra_tokens=TOKENS) as live,
+        live_arbiter(extra_tokens=TOKENS) as live,
         running(arbiter_bot(live.arbiter, world), world.arbiter.token),
     ):
         await live.channel(str(world.lounge.id))
@@ -201,7 +201,7 @@ async def test_stopping_the_persona_bots_gives_back_the_claims_they_hold(
     profiles = tmp_path / "profiles.toml"
     async with (
         FakeLLMServer(delayed(30.0, decision_reply("tools", {"action": "remark", "text": "Let me think."}))) as llm,
-        live_arbiter(sqlite_url, extra_tokens=TOKENS) as live,
+        live_arbiter(extra_tokens=TOKENS) as live,
         running(arbiter_bot(live.arbiter, world), world.arbiter.token),
     ):
         profiles.write_text(

@@ -129,13 +129,14 @@ class Served:
 
 @contextlib.asynccontextmanager
 async def serve(
-    database_url: str, *, clock: Callable[[], float], extra_personas: Mapping[str, str] | None = None
+    database_url: str | None, *, clock: Callable[[], float], extra_personas: Mapping[str, str] | None = None
 ) -> AsyncIterator[Served]:
-    """An in-process arbiter and a test client on it; both closed on exit (the arbiter last)."""
+    """An in-process arbiter and a test client on it; both closed on exit (the arbiter last). ``database_url`` None:
+    on the in-memory twin of the storage."""
     extra = dict(extra_personas or {})
     settings = make_settings(database_url)
     async with (
-        open_arbiter(settings, clock=clock, extra_personas=extra) as arbiter,
+        open_arbiter(settings, clock=clock, extra_personas=extra, in_memory=database_url is None) as arbiter,
         TestClient(TestServer(arbiter.app)) as client,
     ):
         yield Served(arbiter, client, Api(client, extra))

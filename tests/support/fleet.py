@@ -359,14 +359,20 @@ class Live:
 
 @contextlib.asynccontextmanager
 async def live_arbiter(
-    database_url: str, *, extra_tokens: Mapping[str, str] | None = None, clock: Callable[[], float] = time.time
+    database_url: str | None = None,
+    *,
+    extra_tokens: Mapping[str, str] | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> AsyncIterator[Live]:
     """An arbiter served on a real port, a session for the personas; everything closed on exit. ``clock`` is the
-    arbiter's (the personas wait on the event loop's clock whatever it is)."""
+    arbiter's (the personas wait on the event loop's clock whatever it is). ``database_url`` None: on the in-memory
+    twin of the storage."""
     tokens = {**FLEET_TOKENS, **(extra_tokens or {})}
     log = RequestLog(tokens)
     async with (
-        open_arbiter(make_settings(database_url), clock=clock, extra_personas=tokens) as arbiter,
+        open_arbiter(
+            make_settings(database_url), clock=clock, extra_personas=tokens, in_memory=database_url is None
+        ) as arbiter,
         aiohttp.ClientSession(trace_configs=[log.trace_config()]) as session,
     ):
         live = Live(arbiter, session, tokens, log)

@@ -39,10 +39,14 @@ class Live:
 
 
 @contextlib.asynccontextmanager
-async def live_arbiter(database_url: str, **settings: Any) -> AsyncIterator[Live]:
-    """``settings`` add to the tests' (``make_settings``); the clock is a fake one."""
+async def live_arbiter(database_url: str | None = None, **settings: Any) -> AsyncIterator[Live]:
+    """``settings`` add to the tests' (``make_settings``); the clock is a fake one. ``database_url`` None: on the
+    in-memory twin of the storage."""
+    opened = open_arbiter(
+        make_settings(database_url, agent_tokens=AGENTS, **settings), clock=FakeClock(), in_memory=database_url is None
+    )
     async with (
-        open_arbiter(make_settings(database_url, agent_tokens=AGENTS, **settings), clock=FakeClock()) as arbiter,
+        opened as arbiter,
         serving(arbiter.app, "127.0.0.1", 0) as url,
         aiohttp.ClientSession() as http,
     ):

@@ -66,7 +66,7 @@ class RoomServer:
 
 @contextlib.asynccontextmanager
 async def room_server(
-    database_url: str,
+    database_url: str | None = None,
     *,
     personas: Sequence[str] = ROOM_PERSONAS,
     hands: Sequence[str] = (),
@@ -78,12 +78,14 @@ async def room_server(
     """Serve the room with ``personas`` (ids of files in personas/) taking part in every room opened. ``hands`` are
     persona ids with a token but no runtime: the test speaks for them through the service. ``recovery_s`` of None
     keeps the default settings; ``latency_s`` is how long the scripted provider takes to answer; ``notice`` is what
-    the page says about the room (as ``make run`` says the personas are offline stand-ins)."""
+    the page says about the room (as ``make run`` says the personas are offline stand-ins). ``database_url`` None: on
+    the in-memory twin of the storage."""
     tokens = {persona_id: f"{persona_id}-room-token-0123456789abcdef" for persona_id in (*personas, *hands)}
     # Only these personas have tokens: the room lists every persona the arbiter knows.
-    settings = ArbiterSettings(database_url=database_url, persona_tokens={}, _env_file=None)
+    database = {} if database_url is None else {"database_url": database_url}
+    settings = ArbiterSettings(persona_tokens={}, _env_file=None, **database)
     async with (
-        open_arbiter(settings, extra_personas=tokens) as arbiter,
+        open_arbiter(settings, extra_personas=tokens, in_memory=database_url is None) as arbiter,
         aiohttp.ClientSession() as session,
     ):
         runtimes: list[PersonaRuntime] = []

@@ -96,9 +96,9 @@ class Served:
 
 
 @pytest.fixture
-async def served(sqlite_url: str) -> AsyncIterator[Served]:
+async def served() -> AsyncIterator[Served]:
     """An arbiter in this process on a real socket (the clients are other processes), with the channel made."""
-    async with live_arbiter(sqlite_url) as live:
+    async with live_arbiter() as live:
         yield Served(live.url, live.api)
 
 

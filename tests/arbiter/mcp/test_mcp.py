@@ -65,8 +65,8 @@ class Served:
 
 
 @pytest.fixture
-async def served(sqlite_url: str) -> AsyncIterator[Served]:
-    async with live_arbiter(sqlite_url) as live:
+async def served() -> AsyncIterator[Served]:
+    async with live_arbiter() as live:
         yield Served(live.arbiter, live.url, live.api)
 
 

@@ -26,6 +26,7 @@ from arbiter.mcp.kept import KeptSessions, SessionLimits, new_session_id, sessio
 from arbiter.server import open_arbiter, serving
 from arbiter.storage.database import Database
 from arbiter.storage.migrate import migrate
+from arbiter.storage.sql_port import DatabaseSessions
 from arbiter.storage.tables import McpSubscriptionRow
 from tests.conftest import make_settings
 from tests.support.arbiters import Api, arbiter_process, free_port
@@ -319,7 +320,7 @@ async def test_kept_sessions_give_way_least_recently_used_first_and_expire_when_
     database = Database.open(sqlite_url)
     await migrate(database)
     clock = FakeClock()
-    kept = KeptSessions(database, clock, SessionLimits(per_token=2, idle_s=300))
+    kept = KeptSessions(DatabaseSessions(database), clock, SessionLimits(per_token=2, idle_s=300))
     try:
         assert await kept.subscribe("s1", "aya", "lobby") == []
         clock.advance(1)

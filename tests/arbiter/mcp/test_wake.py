@@ -80,7 +80,7 @@ class Served:
 
 @contextlib.asynccontextmanager
 async def serve(settings: ArbiterSettings) -> AsyncIterator[Served]:
-    async with open_arbiter(settings, clock=FakeClock()) as arbiter, aiohttp.ClientSession() as session:
+    async with open_arbiter(settings, clock=FakeClock(), in_memory=True) as arbiter, aiohttp.ClientSession() as session:
         await arbiter.service.ensure_channel(CHANNEL)
         # With aiohttp's access log on (arbiter.server.serving turns it off), as a deployment behind it may have it:
         # the token-in-the-path check must see the lines that would show a path.
@@ -96,8 +96,8 @@ async def serve(settings: ArbiterSettings) -> AsyncIterator[Served]:
 
 
 @pytest.fixture
-async def served(sqlite_url: str) -> AsyncIterator[Served]:
-    async with serve(make_settings(sqlite_url, agent_tokens=AGENTS)) as served:
+async def served() -> AsyncIterator[Served]:
+    async with serve(make_settings(None, agent_tokens=AGENTS)) as served:
         yield served
 
 
@@ -232,8 +232,8 @@ async def test_one_token_holds_at_most_its_cap_of_sockets_and_others_are_unaffec
     await eventually(lambda: not served.arbiter.hub.watching(CHANNEL), what="every subscription given up")
 
 
-async def test_the_cap_is_the_setting(sqlite_url: str) -> None:
-    settings = make_settings(sqlite_url, agent_tokens=AGENTS, mcp_sessions_per_token=2)
+async def test_the_cap_is_the_setting() -> None:
+    settings = make_settings(None, agent_tokens=AGENTS, mcp_sessions_per_token=2)
     async with serve(settings) as served, served.connect("aya"), served.connect("aya", header=True):
         status, message = await served.refused(served.key_path("aya"))
         assert (status, message.startswith("this token has 2 wake-up sockets open")) == (429, True)

@@ -1,4 +1,5 @@
-"""The room's routes on an in-process arbiter (SQLite, the fake clock), called through aiohttp's test client."""
+"""The room's routes on an in-process arbiter (the in-memory twin, the fake clock), called through aiohttp's test
+client."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from arbiter.room import add_room
+from tests.conftest import storage_url
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -75,6 +77,8 @@ async def make_room(arbiter: Arbiter, aiohttp_client: Callable[..., Awaitable[Te
 
 @pytest.fixture
 async def room(
-    open_test_arbiter: OpenArbiter, sqlite_url: str, aiohttp_client: Callable[..., Awaitable[TestClient[Any, Any]]]
+    request: pytest.FixtureRequest,
+    open_test_arbiter: OpenArbiter,
+    aiohttp_client: Callable[..., Awaitable[TestClient[Any, Any]]],
 ) -> Room:
-    return await make_room(await open_test_arbiter(sqlite_url), aiohttp_client)
+    return await make_room(await open_test_arbiter(storage_url(request)), aiohttp_client)

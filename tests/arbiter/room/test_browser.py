@@ -465,8 +465,8 @@ async def reload(page: Page, room: RoomServer) -> None:
     assert await seen_activities(page) <= {"waiting", "unknown"}
 
 
-async def test_a_person_chats_with_the_personas_and_tunes_the_room(browser: Browser, sqlite_url: str) -> None:
-    async with room_server(sqlite_url, recovery_s=1.0) as room:
+async def test_a_person_chats_with_the_personas_and_tunes_the_room(browser: Browser) -> None:
+    async with room_server(recovery_s=1.0) as room:
         page = await new_page(browser)
         problems = watch_problems(page)
         lines = iter(LINES)
@@ -543,13 +543,13 @@ async def check_a_desktop(page: Page) -> None:
     assert abs((await bounds(page, "#name"))["y"] - (await bounds(page, "#text"))["y"]) < 1
 
 
-async def test_the_room_on_a_phone_and_a_desktop_in_light_and_dark(browser: Browser, sqlite_url: str) -> None:
+async def test_the_room_on_a_phone_and_a_desktop_in_light_and_dark(browser: Browser) -> None:
     # As `make run` starts it: the default settings, and the note that the personas are offline stand-ins. The
     # desktop picture in the light theme is the README's.
     personas = load_personas(PERSONAS_DIR, list(ROOM_PERSONAS))
     scripted = ProviderProfile(name="scripted", provider="scripted")
     notice = offline_notice(Cast(personas, {persona.id: scripted for persona in personas}))
-    async with room_server(sqlite_url, recovery_s=None, notice=notice) as room:
+    async with room_server(recovery_s=None, notice=notice) as room:
         page = await new_page(browser)
         await open_room(page, room.url + "/room/lobby")
         await page.fill("#name", "Yui")
@@ -615,9 +615,9 @@ async def test_the_room_on_a_phone_and_a_desktop_in_light_and_dark(browser: Brow
 # --- what the personas are doing, and why they are quiet ------------------------------------------------------
 
 
-async def test_persona_states_follow_their_claims(browser: Browser, sqlite_url: str) -> None:
+async def test_persona_states_follow_their_claims(browser: Browser) -> None:
     # A provider slow enough to see a persona think, and to ask someone else while it does.
-    async with room_server(sqlite_url, latency_s=2.0) as room:
+    async with room_server(latency_s=2.0) as room:
         page = await new_page(browser)
         problems = watch_problems(page)
         await open_room(page, room.url + "/room/lobby")
@@ -637,9 +637,9 @@ async def test_persona_states_follow_their_claims(browser: Browser, sqlite_url: 
         assert problems == []
 
 
-async def test_the_room_says_why_the_personas_are_quiet(browser: Browser, sqlite_url: str) -> None:
+async def test_the_room_says_why_the_personas_are_quiet(browser: Browser) -> None:
     notice = "Rin, Theo and Juno are offline stand-ins: lines from the persona files, no language model."
-    async with room_server(sqlite_url, notice=notice) as room:
+    async with room_server(notice=notice) as room:
         service = room.arbiter.service
         page = await new_page(browser)
         problems = watch_problems(page)
@@ -695,9 +695,9 @@ async def test_the_room_says_why_the_personas_are_quiet(browser: Browser, sqlite
         assert problems == []
 
 
-async def test_the_room_names_a_persona_whose_key_was_refused(browser: Browser, sqlite_url: str) -> None:
+async def test_the_room_names_a_persona_whose_key_was_refused(browser: Browser) -> None:
     # It cannot speak until it is restarted with a good key: the room says who, and what to fix.
-    async with room_server(sqlite_url) as room:
+    async with room_server() as room:
         service = room.arbiter.service
         page = await new_page(browser)
         problems = watch_problems(page)
@@ -720,8 +720,8 @@ async def test_the_room_names_a_persona_whose_key_was_refused(browser: Browser, 
 # --- loading, outages, a dropped stream --------------------------------------------------------------------
 
 
-async def test_before_the_data_arrives_the_page_says_it_is_loading(browser: Browser, sqlite_url: str) -> None:
-    async with room_server(sqlite_url, personas=(), hands=("probe",)) as room:
+async def test_before_the_data_arrives_the_page_says_it_is_loading(browser: Browser) -> None:
+    async with room_server(personas=(), hands=("probe",)) as room:
         await room.arbiter.service.ensure_channel("garden")
         await room.arbiter.service.record_message("garden", author_id="ken", author_name="Ken", text="hello")
         page = await new_page(browser)
@@ -747,9 +747,9 @@ async def test_before_the_data_arrives_the_page_says_it_is_loading(browser: Brow
         await page.close()
 
 
-async def test_an_outage_is_shown_and_clears_when_the_arbiter_is_back(browser: Browser, sqlite_url: str) -> None:
+async def test_an_outage_is_shown_and_clears_when_the_arbiter_is_back(browser: Browser) -> None:
     async with (
-        room_server(sqlite_url, personas=(), hands=("probe",)) as room,
+        room_server(personas=(), hands=("probe",)) as room,
         tcp_proxy("127.0.0.1", room.server.port or 0) as proxy,
     ):
         service = room.arbiter.service
@@ -801,10 +801,8 @@ async def test_an_outage_is_shown_and_clears_when_the_arbiter_is_back(browser: B
         assert all(re.search(r"ERR_|WebSocket", text) for text, _url in problems), problems
 
 
-async def test_the_page_follows_changes_to_the_history_and_survives_a_dropped_stream(
-    browser: Browser, sqlite_url: str
-) -> None:
-    async with room_server(sqlite_url, personas=(), hands=("probe",)) as room:
+async def test_the_page_follows_changes_to_the_history_and_survives_a_dropped_stream(browser: Browser) -> None:
+    async with room_server(personas=(), hands=("probe",)) as room:
         service = room.arbiter.service
         page = await new_page(browser)
         problems = watch_problems(page)
@@ -918,10 +916,8 @@ async def test_each_persona_keeps_its_colour_whatever_the_set(browser: Browser, 
     assert len(set(first.values())) == 5, first
 
 
-async def test_the_room_shows_what_each_persona_remembers_and_forgets_it_on_request(
-    browser: Browser, sqlite_url: str
-) -> None:
-    async with room_server(sqlite_url) as room:
+async def test_the_room_shows_what_each_persona_remembers_and_forgets_it_on_request(browser: Browser) -> None:
+    async with room_server() as room:
         page = await new_page(browser)
         problems = watch_problems(page)
         await open_room(page, room.url + "/room/lobby")
@@ -993,10 +989,10 @@ async def hands_in_the_lobby(room: RoomServer) -> None:
         await room.arbiter.service.register_persona(persona_id, name)
 
 
-async def test_the_settings_stay_in_reach_however_long_the_notes(browser: Browser, sqlite_url: str) -> None:
+async def test_the_settings_stay_in_reach_however_long_the_notes(browser: Browser) -> None:
     # A laptop's window less its browser's bars: 663 px, with every persona's notes near their cap.
     short = {"width": 1366, "height": 663}
-    async with room_server(sqlite_url, personas=(), hands=tuple(ROOM_HANDS)) as room:
+    async with room_server(personas=(), hands=tuple(ROOM_HANDS)) as room:
         await hands_in_the_lobby(room)
         for persona_id in ROOM_HANDS:
             await take_notes(room, persona_id, long_notes(persona_id))
@@ -1032,8 +1028,8 @@ async def test_the_settings_stay_in_reach_however_long_the_notes(browser: Browse
         assert problems == []
 
 
-async def test_a_refused_setting_stays_marked_and_holds_no_other_back(browser: Browser, sqlite_url: str) -> None:
-    async with room_server(sqlite_url, personas=(), hands=("probe",)) as room:
+async def test_a_refused_setting_stays_marked_and_holds_no_other_back(browser: Browser) -> None:
+    async with room_server(personas=(), hands=("probe",)) as room:
         service = room.arbiter.service
         page = await new_page(browser)
         problems = watch_problems(page)
@@ -1099,8 +1095,8 @@ async def test_a_refused_setting_stays_marked_and_holds_no_other_back(browser: B
         ] * 3, problems
 
 
-async def test_cjk_text_is_never_in_italics(browser: Browser, sqlite_url: str) -> None:
-    async with room_server(sqlite_url, personas=(), hands=("mio", "rin")) as room:
+async def test_cjk_text_is_never_in_italics(browser: Browser) -> None:
+    async with room_server(personas=(), hands=("mio", "rin")) as room:
         service = room.arbiter.service
         await service.ensure_channel("lobby")
         await service.register_persona("mio", "みお")
@@ -1138,10 +1134,10 @@ async def test_cjk_text_is_never_in_italics(browser: Browser, sqlite_url: str) -
         await page.close()
 
 
-async def test_on_a_phone_everything_to_tap_is_big_enough(browser: Browser, sqlite_url: str) -> None:
+async def test_on_a_phone_everything_to_tap_is_big_enough(browser: Browser) -> None:
     # The banners with buttons (paused, the note about stand-ins) and the notes with their Forget buttons, shown.
     notice = "Rin, Theo and Juno are offline stand-ins: lines from the persona files, no language model."
-    async with room_server(sqlite_url, personas=(), hands=tuple(ROOM_HANDS), notice=notice) as room:
+    async with room_server(personas=(), hands=tuple(ROOM_HANDS), notice=notice) as room:
         await hands_in_the_lobby(room)
         for persona_id in ROOM_HANDS:
             await take_notes(room, persona_id, DialogueState(topic="dinner"))

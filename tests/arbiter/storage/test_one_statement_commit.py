@@ -18,6 +18,7 @@ from arbiter.server import IdFactory
 from arbiter.service import ArbiterService
 from arbiter.storage.database import Database
 from arbiter.storage.migrate import migrate
+from arbiter.storage.sql_port import DatabaseReads
 from arbiter.storage.writer import BatchWriter
 
 if TYPE_CHECKING:
@@ -53,7 +54,9 @@ async def deaf_arbiters_and_hubs(
             writer = BatchWriter(database, clock, hub.publish, owns_database=False)
             await writer.start()
             stack.push_async_callback(writer.close)
-            service = ArbiterService(database, writer, clock=clock, new_id=IdFactory(), personas=PERSONAS)
+            service = ArbiterService(
+                DatabaseReads(database), writer, clock=clock, new_id=IdFactory(), personas=PERSONAS
+            )
             served.append((service, hub))
         yield served[0], served[1]
 
