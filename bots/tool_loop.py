@@ -23,6 +23,7 @@ from bots.llm.base import CompletionRequest, LLMError, ToolResult, ToolSpec, Tur
 from bots.planner import refused_outright, stale
 from bots.prompt import COLUMNS_NOTE, LANGUAGE_NAMES, length_limit, persona_prompt
 from bots.runtime import ChannelWorker, PersonaRuntime
+from bots.worker.turn import provider_answered, provider_failed
 
 if TYPE_CHECKING:
     import random
@@ -125,9 +126,9 @@ class ToolLoopWorker(ChannelWorker):
                 try:
                     completion = await runtime.provider.complete(request)
                 except LLMError as error:
-                    await self.provider_failed(error)
+                    await provider_failed(runtime, self.channel_id, error)
                     return
-                await self.provider_answered(completion.usage)
+                await provider_answered(runtime, self.channel_id, completion.usage)
                 if not completion.tool_calls:
                     return
                 turns.append(Turn(role="assistant", text=completion.text, tool_calls=completion.tool_calls))

@@ -62,7 +62,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Sequence
     from typing import Any
 
-    from bots.llm.base import LLMError, Usage
     from bots.persona import Persona
     from bots.runtime import PersonaRuntime
     from bots.worker.actions import Awaited
@@ -347,28 +346,13 @@ class ChannelWorker:
         return StatusRead(status, self.runtime.clock())
 
     async def _claim(self, request: wire.ClaimRequest) -> ClaimAnswered:
-        runtime = self.runtime
-        sent = asyncio.ensure_future(runtime.arbiter.claim(self.channel_id, request))
-        try:
-            result = await asyncio.shield(sent)
-        except asyncio.CancelledError:
-            # Stopped with the claim on its way: the arbiter may grant it all the same, and it is then given back.
-            self._settle(releasing.give_back_if_granted(runtime, self.channel_id, sent))
-            raise
-        return ClaimAnswered(result)
+        return ClaimAnswered(await releasing.claim(self.runtime, self.channel_id, request, self._settle))
 
     async def _release(self, claim_id: str, memory: wire.MemoryUpdate | None) -> None:
-        """Give the claim back. Once sent, the release is seen through even if the worker is stopped meanwhile."""
-        releasing_it = self._settle(self._give_back(claim_id, memory))
-        try:
-            await asyncio.shield(releasing_it)
-        except asyncio.CancelledError:
-            _log.info("persona=%s: stopped while giving claim %s back; the release goes on", self.persona.id, claim_id)
-            raise
+        async def give_back() -> None:
+            self.feed(Released(await releasing.give_back(self.runtime, self.channel_id, claim_id, memory)))
 
-    async def _give_back(self, claim_id: str, memory: wire.MemoryUpdate | None) -> None:
-        kept = await releasing.give_back(self.runtime, self.channel_id, claim_id, memory)
-        self.feed(Released(kept))
+        await releasing.seen_through(self.runtime, claim_id, self._settle(give_back()))
 
     def _settle(self, work: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
         """Run ``work`` (a claim or a release already sent) to its end whatever happens to the turn that sent it."""
@@ -379,11 +363,3 @@ class ChannelWorker:
     def _settled(self, settling: asyncio.Future[None]) -> None:
         if self._settling is settling:
             self._settling = None
-
-    # --- for a turn taken some other way (``bots.tool_loop``) -------------------------------------------------
-
-    async def provider_failed(self, error: LLMError) -> None:
-        await turn.provider_failed(self.runtime, self.channel_id, error)
-
-    async def provider_answered(self, usage: Usage) -> None:
-        await turn.provider_answered(self.runtime, self.channel_id, usage)

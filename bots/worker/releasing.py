@@ -3,18 +3,20 @@ keep the claim); and a claim the arbiter granted after the persona stopped waiti
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
 from bots.errors import ArbiterRejected, BotError
 
 if TYPE_CHECKING:
-    import asyncio
+    from collections.abc import Callable, Coroutine
+    from typing import Any
 
     from arbiter import contract as wire
     from bots.runtime import PersonaRuntime
 
-__all__ = ("give_back", "give_back_if_granted")
+__all__ = ("claim", "give_back", "give_back_if_granted", "seen_through")
 
 _log = logging.getLogger(__name__)
 
@@ -65,3 +67,28 @@ async def give_back_if_granted(
         return  # not granted, or no answer: a claim the arbiter granted unheard lapses at its time-to-live
     if result.granted and result.claim is not None:
         await give_back(runtime, channel_id, result.claim.claim_id, None)
+
+
+async def claim(
+    runtime: PersonaRuntime,
+    channel_id: str,
+    request: wire.ClaimRequest,
+    settle: Callable[[Coroutine[Any, Any, None]], asyncio.Future[None]],
+) -> wire.ClaimResult:
+    """Claim; stopped with the claim on its way, the arbiter may grant it all the same, and it is then given back
+    (``settle`` runs that to its end)."""
+    sent = asyncio.ensure_future(runtime.arbiter.claim(channel_id, request))
+    try:
+        return await asyncio.shield(sent)
+    except asyncio.CancelledError:
+        settle(give_back_if_granted(runtime, channel_id, sent))
+        raise
+
+
+async def seen_through(runtime: PersonaRuntime, claim_id: str, releasing: asyncio.Future[None]) -> None:
+    """Wait for a release already sent; stopped meanwhile, the release goes on (whoever stops waits for it)."""
+    try:
+        await asyncio.shield(releasing)
+    except asyncio.CancelledError:
+        _log.info("persona=%s: stopped while giving claim %s back; the release goes on", runtime.persona.id, claim_id)
+        raise

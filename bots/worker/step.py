@@ -11,7 +11,7 @@ arbiter granted is posted or retracted.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, assert_never
 
 from arbiter import contract as wire
@@ -21,7 +21,6 @@ from bots.memory import fit_state
 from bots.planner import anchor, plan_turn, refused_outright
 from bots.prompt import OWN_LINES
 from bots.worker.actions import (
-    Arrived,
     AskStatus,
     CancelLook,
     Claim,
@@ -38,8 +37,6 @@ from bots.worker.actions import (
     Retract,
     ScheduleLook,
     Speak,
-    StartLooking,
-    StopWriting,
     TellStanding,
 )
 from bots.worker.events import (
@@ -66,6 +63,7 @@ from bots.worker.events import (
     Unusable,
     Wake,
 )
+from bots.worker.following import on_frame, wake
 from bots.worker.overtaking import Overtaking
 from bots.worker.state import Turn, WorkerState, kept_notes
 
@@ -85,9 +83,6 @@ Stepped = tuple[WorkerState, list["Action"]]
 # Refusals after which a persona looks again soon: another's claim took what it planned on (the pool, the floor),
 # and something else may be open.
 _REPLANNED = (wire.RefusalReason.INSUFFICIENT, wire.RefusalReason.PRIORITY)
-# A claim that ends with its cost back in the pool at once, before any retry planned for a refund (and, for an asked
-# persona, perhaps its floor: a second pass, a post the platform refused).
-_GIVEN_BACK = (wire.SpendState.RELEASED, wire.SpendState.RETRACTED, wire.SpendState.CLEARED)
 
 
 def reading_pause(
@@ -116,20 +111,20 @@ def step(state: WorkerState, event: Event, now: float, seat: Seat) -> Stepped:
     """The state after ``event`` at ``now`` (the runtime's clock), and what to do about it, in order."""
     match event:
         case Frame(frame=frame):
-            return _on_frame(state, frame, seat)
+            return on_frame(state, frame, seat)
         case CanPost(cannot_post=cannot_post):
-            return _wake(state) if cannot_post is not None else (state, [])
+            return wake(state) if cannot_post is not None else (state, [])
         case Wake():
-            return _wake(state)
+            return wake(state)
         case TimerFired():
-            return _wake(replace(state, timer=False))
+            return wake(state._replace(timer=False))
         case Free():
             return _next_look(state, now, seat)
         case PauseOver(cannot_post=cannot_post, backoff=backoff):
             return _pause_over(state, cannot_post, backoff, seat)
         case Stood(cannot_post=cannot_post, told=told):
             if told:
-                state = replace(state, standing=cannot_post)
+                state = state._replace(standing=cannot_post)
             if state.turn is not None and not state.turn.begun:
                 return _check(state, seat)  # the look began by telling it
             return state, []
@@ -138,7 +133,7 @@ def step(state: WorkerState, event: Event, now: float, seat: Seat) -> Stepped:
         case ClaimAnswered(result=result):
             return _claimed(state, result, now, seat)
         case Decided(outcome=outcome):
-            return _decided(replace(state, writing=None), outcome, seat)
+            return _decided(state._replace(writing=None), outcome, seat)
         case SpeakAnswered(result=result, said_before=said_before, seen=seen):
             return _spoken(state, result, said_before, seen, seat)
         case Posted(tier=tier, seq=seq, platform_message_id=posted):
@@ -154,132 +149,20 @@ def step(state: WorkerState, event: Event, now: float, seat: Seat) -> Stepped:
                 actions.append(TellStanding(cannot_post))
             return state, actions
         case Released(kept=kept):
-            return (state, []) if kept is None else (replace(state, notes=kept_notes(kept)), [])
+            return (state, []) if kept is None else (state._replace(notes=kept_notes(kept)), [])
         case TurnFailed():
             turn = state.turn
-            failed = replace(state, writing=None, turn=None if turn is None else replace(turn, failed=True))
+            failed = state._replace(writing=None, turn=None if turn is None else turn._replace(failed=True))
             return _give_back(failed, [])
         case Dealt(seq=seq):
-            return replace(state, answered=seq), []
+            return state._replace(answered=seq), []
         case Close():
-            closed = replace(state, closed=True, timer=False)
+            closed = state._replace(closed=True, timer=False)
             return closed, [CancelLook()] if state.timer else []
         case Stopped():
             return _give_back(state, [])
         case _:
             assert_never(event)
-
-
-# --- following the channel ----------------------------------------------------------------------------------
-
-
-def _keep_last(
-    messages: tuple[wire.MessageView, ...], message: wire.MessageView, most: int
-) -> tuple[wire.MessageView, ...]:
-    kept = (*messages, message)
-    return kept[-most:] if len(kept) > most else kept
-
-
-def _replace(messages: tuple[wire.MessageView, ...], message: wire.MessageView) -> tuple[wire.MessageView, ...]:
-    """``message`` in the place of the one with its seq, if ``messages`` holds it."""
-    return tuple(message if held.seq == message.seq else held for held in messages)
-
-
-def _wake(state: WorkerState) -> Stepped:
-    """Something to look at: a look after the persona's pause (the one under way, if any, looks again after)."""
-    if state.looking or not state.arrived or state.closed:
-        return replace(state, woken=True), []
-    return replace(state, woken=True, looking=True), [StartLooking()]
-
-
-def _on_frame(state: WorkerState, frame: wire.ArbiterEvent, seat: Seat) -> Stepped:
-    state, actions = _on_event(state, frame, seat)
-    if not state.arrived and isinstance(frame, wire.LevelEvent):
-        # The replay is over. Start fresh: what was said before the persona arrived is context, not a cue.
-        state = replace(state, arrived=True, answered=state.last_seq, woken=False)
-        actions = [*actions, Arrived()]
-    return state, actions
-
-
-def _on_event(state: WorkerState, event: wire.ArbiterEvent, seat: Seat) -> Stepped:
-    match event:
-        case wire.MessageEvent(message=message):
-            return _on_message(state, message, seat)
-        case wire.EditedEvent(message=message):
-            # What the model reads must be what the channel shows now: the new text replaces the old.
-            return replace(state, window=_replace(state.window, message), own=_replace(state.own, message)), []
-        case wire.RetractedEvent(seq=seq) | wire.DeletedEvent(seq=seq):
-            # No longer part of the conversation (a post that failed and was taken back, a message deleted on the
-            # platform): it leaves the window. A line of its own stays among its own lines all the same: one that
-            # was deleted is no better to say again.
-            return replace(state, window=tuple(held for held in state.window if held.seq != seq)), []
-        case wire.ClearedEvent(last_seq=last_seq):
-            # Everything up to last_seq is gone, and only that: seqs go on after it, and a stream that resumed
-            # (?after=) may bring the clear after messages said since, which stay.
-            new_memory = state.new_memory
-            if new_memory is not None and new_memory.seq <= last_seq:
-                new_memory = None  # notes on what was cleared: the arbiter would refuse them
-            cleared = replace(
-                state,
-                window=tuple(held for held in state.window if held.seq > last_seq),
-                last_seq=max(state.last_seq, last_seq),
-                answered=max(state.answered, last_seq),
-                new_memory=new_memory,
-            )
-            return cleared, []
-        case wire.LevelEvent():
-            return state, []  # the end of the replay (see _on_frame); a look reads the pool from its status
-        case wire.MemoryEvent(persona=persona, memory=memory) if persona == seat.persona.id:
-            # Its own notes: stored by this worker, by another of the same persona, or reset by a moderator (or with
-            # the history). A newer state wins; an older one arriving late does not take it back.
-            notes = state.notes
-            if memory is None:
-                notes = None
-            elif notes is None or memory.seq >= notes[0]:
-                notes = kept_notes(wire.MemoryUpdate(seq=memory.seq, state=memory.state))
-            return replace(state, notes=notes, memory_read=True), []
-        case wire.SettingsEvent():
-            # A look reads the settings that matter from the status, fresh; but a resume, an unmute or a higher cap
-            # is no message, and what was said while it held the persona back is still unanswered.
-            if state.blocked is not None:
-                return _wake(replace(state, answered=state.blocked, blocked=None))
-            if state.floor_wait and state.timer:
-                return _wake(state)  # the floor it waits for may be open now (the asked persona cannot post here)
-            return state, []
-        case wire.ClaimEvent(claim=claim):
-            given_back = claim.state in _GIVEN_BACK and claim.persona != seat.persona.id
-            if given_back and (state.intent is not None or state.floor_wait) and state.timer:
-                # Waiting for the pool, or for another's floor: a claim given back (a pass) refills the pool, and may
-                # give the floor up, long before the retry planned, with no message to say so.
-                return _wake(state)
-            return state, []
-        case wire.MemoryEvent():
-            return state, []  # others' notes are theirs
-        case _:
-            assert_never(event)
-
-
-def _on_message(state: WorkerState, message: wire.MessageView, seat: Seat) -> Stepped:
-    if message.seq <= state.last_seq:
-        return state, []
-    persona_id = seat.persona.id
-    window = _keep_last(state.window, message, seat.config.window)
-    said_heard = state.said_heard
-    said = message.platform_message_id
-    if message.author_kind is wire.AuthorKind.HUMAN and said is not None and said.isdigit():
-        said_heard = max(said_heard, int(said))
-    state = replace(state, window=window, last_seq=message.seq, said_heard=said_heard)
-    if message.author_id == persona_id:
-        return replace(state, own=_keep_last(state.own, message, OWN_LINES)), []
-    actions: list[Action] = []
-    if state.writing is not None:
-        writing = state.writing.after(message)
-        if writing.overtaken and not state.writing.overtaken:
-            why = "message %d from %s came while the model wrote; stopping it"
-            actions += [Log(logging.INFO, why, (message.seq, message.author_id)), StopWriting()]
-        state = replace(state, writing=writing)
-    state, woken = _wake(state)
-    return state, actions + woken
 
 
 # --- looking -----------------------------------------------------------------------------------------------
@@ -289,7 +172,7 @@ def _retry_in(state: WorkerState, seconds: float) -> Stepped:
     """Look again after ``seconds``, instead of any look scheduled before."""
     if state.closed:
         return state, []
-    return replace(state, timer=True), [ScheduleLook(seconds)]
+    return state._replace(timer=True), [ScheduleLook(seconds)]
 
 
 def _reaction(seat: Seat) -> float:
@@ -304,31 +187,31 @@ def _next_look(state: WorkerState, now: float, seat: Seat) -> Stepped:
     actions: list[Action] = []
     turn = state.turn
     if turn is not None:
-        state = replace(state, turn=None)
+        state = state._replace(turn=None)
         if turn.begun:
             if not turn.failed:
                 state, actions = _after_turn(state, turn)
             actions.append(Count("looks"))
     if state.closed or not state.woken:
-        return replace(state, looking=False), actions
+        return state._replace(looking=False), actions
     pause = seat.pause(seat.persona, seat.config, state.window, seat.rng)
-    return replace(state, turn=Turn(due=now + pause, pause=pause)), [*actions, Pause(pause)]
+    return state._replace(turn=Turn(due=now + pause, pause=pause)), [*actions, Pause(pause)]
 
 
 def _after_turn(state: WorkerState, turn: Turn) -> Stepped:
     if turn.addressed_by is not None and not turn.spoke and not turn.second_try:
         # Asked, and nothing came of it (a pass, a failure, an unusable answer): one more look, with no pass
         # offered. Its release counted as a try; the arbiter opens the floor after a second.
-        return _retry_in(replace(state, must_answer=turn.addressed_by), 0.0)
+        return _retry_in(state._replace(must_answer=turn.addressed_by), 0.0)
     if turn.second_try:
-        return replace(state, must_answer=None), []
+        return state._replace(must_answer=None), []
     return state, []
 
 
 def _pause_over(state: WorkerState, cannot_post: str | None, backoff: float, seat: Seat) -> Stepped:
     turn = state.turn
     assert turn is not None, "a pause is always a look's"
-    state = replace(state, woken=False, turn=replace(turn, cannot_post=cannot_post, backoff=backoff))
+    state = state._replace(woken=False, turn=turn._replace(cannot_post=cannot_post, backoff=backoff))
     if cannot_post != state.standing:
         # The arbiter learns it before anyone asks this persona something here; and learns it can again.
         return state, [TellStanding(cannot_post)]
@@ -350,12 +233,12 @@ def _check(state: WorkerState, seat: Seat) -> Stepped:
     turn = state.turn
     assert turn is not None
     if turn.cannot_post is not None:
-        return replace(state, answered=state.last_seq), []  # the platform said why (once): nothing to do till then
+        return state._replace(answered=state.last_seq), []  # the platform said why (once): nothing to do till then
     if not _pending(state, seat.persona.id):
         return state, []
     if turn.backoff > 0:
         return _retry_in(state, turn.backoff)
-    begun = replace(state, timer=False, turn=replace(turn, begun=True))
+    begun = state._replace(timer=False, turn=turn._replace(begun=True))
     # This look supersedes any look scheduled before.
     return begun, [CancelLook(), AskStatus()] if state.timer else [AskStatus()]
 
@@ -385,24 +268,23 @@ def _plan(state: WorkerState, status: wire.StatusView, read_at: float, seat: Sea
         ),
     ]
     blocked = None if refused_outright(status) is None else state.answered if state.blocked is None else state.blocked
-    state = replace(
-        state,
+    state = state._replace(
         must_answer=must_answer,
         intent=(thread, plan.wanted) if plan.wanted is not None else None,
         floor_wait=plan.floor,
         second_look=None,
         blocked=blocked,
-        turn=replace(turn, status=status, read_at=read_at, window=window, claimed=plan.tier),
+        turn=turn._replace(status=status, read_at=read_at, window=window, claimed=plan.tier),
     )
     if plan.tier is None:
         if plan.retry_after is not None:
             state, later = _retry_in(state, plan.retry_after + _reaction(seat))
             return state, actions + later
-        state = replace(state, answered=newest)
+        state = state._replace(answered=newest)
         if plan.quiet and not second_look:
             # A silence is a cue too: look once more after a pause, if nobody else spoke meanwhile.
             state, later = _retry_in(
-                replace(state, second_look=newest), seat.config.base_delay_s * seat.rng.uniform(2.0, 4.0)
+                state._replace(second_look=newest), seat.config.base_delay_s * seat.rng.uniform(2.0, 4.0)
             )
             actions += later
         return state, actions
@@ -410,7 +292,7 @@ def _plan(state: WorkerState, status: wire.StatusView, read_at: float, seat: Sea
     own_lines = 0 if state.own_read else OWN_LINES
     request = wire.ClaimRequest(tier=plan.tier, based_on_seq=newest, notes=notes, own_lines=own_lines)
     assert state.turn is not None
-    state = replace(state, turn=replace(state.turn, asked_notes=notes))
+    state = state._replace(turn=state.turn._replace(asked_notes=notes))
     return state, [*actions, Claim(request)]
 
 
@@ -424,14 +306,14 @@ def _take_notes(state: WorkerState, found: wire.MemoryView | None) -> WorkerStat
     notes = state.notes
     if notes is None or (found is not None and found.seq >= notes[0]):
         notes = None if found is None else kept_notes(wire.MemoryUpdate(seq=found.seq, state=found.state))
-    return replace(state, notes=notes, memory_read=True)
+    return state._replace(notes=notes, memory_read=True)
 
 
 def _take_own_lines(state: WorkerState, said: list[wire.MessageView]) -> WorkerState:
     """Its own last lines as the arbiter had them when it granted its first claim, with those heard since."""
     known = {message.seq: message for message in said}
     known.update((message.seq, message) for message in state.own)  # heard on the stream: as fresh or fresher
-    return replace(state, own=tuple(known[seq] for seq in sorted(known))[-OWN_LINES:], own_read=True)
+    return state._replace(own=tuple(known[seq] for seq in sorted(known))[-OWN_LINES:], own_read=True)
 
 
 def _addressing(persona_id: str, window: Sequence[wire.MessageView]) -> int | None:
@@ -454,22 +336,22 @@ def _claimed(state: WorkerState, result: wire.ClaimResult, now: float, seat: Sea
         lapses = None if claim.expires_at is None else turn.read_at + claim.expires_at - status.now
         addressed_by = _addressing(persona_id, turn.window) if persona_id in status.priority else None
         second_try = addressed_by is not None and state.must_answer == addressed_by
-        turn = replace(turn, claim=claim, addressed_by=addressed_by, second_try=second_try)
-        state = replace(state, answered=turn.newest, held=claim.claim_id, turn=turn)
+        turn = turn._replace(claim=claim, addressed_by=addressed_by, second_try=second_try)
+        state = state._replace(answered=turn.newest, held=claim.claim_id, turn=turn)
         return _generate(state, turn, lapses, seat, now=now, actions=actions)
     tier = turn.claimed
     assert tier is not None
     actions += [Count("refused_claims"), Log(logging.DEBUG, "claim of %s refused: %s", (tier, result.reason))]
     if result.reason is wire.RefusalReason.NODDED and tier is not Tier.AIZUCHI:
         thread = anchor(turn.window).seq if turn.window else 0
-        state = replace(state, intent=(thread, tier))  # someone nods first; then it says what it meant to
+        state = state._replace(intent=(thread, tier))  # someone nods first; then it says what it meant to
     later: list[Action] = []
     if result.reason is wire.RefusalReason.STALE:
-        state, later = _wake(state)  # look again with fresh context
+        state, later = wake(state)  # look again with fresh context
     elif result.reason in _REPLANNED and state.replanned != turn.newest:
         # Another's claim took what it planned on since it read its status (the pool drained, the floor taken): it
         # looks once more, which may find a cheaper tier open, or say how long to wait.
-        state, later = _wake(replace(state, replanned=turn.newest))
+        state, later = wake(state._replace(replanned=turn.newest))
     elif result.retry_after is not None:
         state, later = _retry_in(state, result.retry_after + _reaction(seat))
     # Otherwise (the idle cap, a pause, a mute) only a new message can change things: wait for one.
@@ -491,7 +373,7 @@ def _give_back(state: WorkerState, actions: list[Action]) -> Stepped:
     """Give the claim held back, with the notes the turn updated (if any)."""
     if state.held is None:
         return state, actions
-    return replace(state, held=None, new_memory=None), [*actions, Release(state.held, state.new_memory)]
+    return state._replace(held=None, new_memory=None), [*actions, Release(state.held, state.new_memory)]
 
 
 def _generate(
@@ -524,7 +406,7 @@ def _generate(
     shown = _shown(state, turn.window, seat.config)
     own_lines = tuple(message.text for message in state.own)
     decide = Decide(status, claim, shown, moves, lengths, time_left, allow_pass, state.memory, own_lines)
-    return replace(state, writing=overtaking, turn=replace(turn, shown=shown)), [*actions, decide]
+    return state._replace(writing=overtaking, turn=turn._replace(shown=shown)), [*actions, decide]
 
 
 # --- the decision, the speech, the post --------------------------------------------------------------------
@@ -548,7 +430,7 @@ def _decided(state: WorkerState, outcome: Overtaken | Failed | Unusable | Answer
     based_on = turn.newest
     fitted = fit_state(decision.memory)
     # Given to the arbiter with the speech, or with the release when nothing is said (or it is refused).
-    state = replace(state, new_memory=None if fitted is None else wire.MemoryUpdate(seq=based_on, state=fitted))
+    state = state._replace(new_memory=None if fitted is None else wire.MemoryUpdate(seq=based_on, state=fitted))
     if decision.action == "pass":
         return _give_back(state, [Count("passes")])
     tier = Tier(decision.action)
@@ -563,7 +445,7 @@ def _decided(state: WorkerState, outcome: Overtaken | Failed | Unusable | Answer
         again = repeats(text, [*(m.text for m in window), *(m.text for m in state.own)])
     if not text or again:
         return _give_back(state, [Count("wasted"), Log(logging.INFO, "dropped a repeat or empty reply: %r", (text,))])
-    state = replace(state, turn=replace(turn, speech=(tier, text)))
+    state = state._replace(turn=turn._replace(speech=(tier, text)))
     return state, [Speak(turn.claim.claim_id, tier, text, based_on, state.new_memory)]
 
 
@@ -596,18 +478,18 @@ def _spoken(state: WorkerState, result: wire.SpeakResult, said_before: int, seen
     assert turn is not None and turn.speech is not None
     memory = state.new_memory
     if result.granted and memory is not None:
-        state = replace(state, new_memory=None, notes=kept_notes(memory))  # stored with the message
+        state = state._replace(new_memory=None, notes=kept_notes(memory))  # stored with the message
     if not result.granted or result.message is None:
         actions: list[Action] = [Count("wasted"), Log(logging.INFO, "speak refused (%s)", (result.reason,))]
         if result.reason is wire.RefusalReason.STALE:
-            state, woken = _wake(state)
+            state, woken = wake(state)
             actions += woken
         return _give_back(state, actions)
-    state = replace(state, held=None, turn=replace(turn, spoke=True))
+    state = state._replace(held=None, turn=turn._replace(spoke=True))
     seq = result.message.seq
     tier, text = turn.speech
     if not _in_order(state, seq, said_before, seen):
         why = "someone spoke as message %d was granted; retracting it unposted"
-        state, woken = _wake(state)
+        state, woken = wake(state)
         return state, [Count("wasted"), Log(logging.INFO, why, (seq,)), Retract(seq), *woken]
     return state, [Post(tier, text, seq, _react_to(state, tier, text, seat))]

@@ -86,9 +86,9 @@ def refused(reason: RefusalReason, retry_after: float | None = None) -> wire.Cla
 def looking_at(*window: wire.MessageView, asked: tuple[str, ...] = ()) -> WorkerState:
     """A worker that has looked at ``window`` and claimed a remark for it."""
     begun = Turn(due=NOW, pause=0.5, begun=True, claimed=Tier.REMARK)
-    state = replace(ARRIVED, window=window, last_seq=window[-1].seq, turn=begun)
+    state = ARRIVED._replace(window=window, last_seq=window[-1].seq, turn=begun)
     state, _ = run(state, ev.StatusRead(status(asked=asked, last_seq=window[-1].seq), NOW))
-    return replace(state, turn=replace(state.turn, claimed=Tier.REMARK)) if state.turn else state
+    return state._replace(turn=state.turn._replace(claimed=Tier.REMARK)) if state.turn else state
 
 
 def writing(*window: wire.MessageView, asked: tuple[str, ...] = (ME,)) -> WorkerState:
@@ -146,7 +146,7 @@ def test_an_edit_replaces_the_text_it_reads() -> None:
 
 
 def test_a_settings_event_has_a_blocked_persona_look_again_from_where_it_was() -> None:
-    state = replace(ARRIVED, looking=False, blocked=3, answered=5)
+    state = ARRIVED._replace(looking=False, blocked=3, answered=5)
     state, actions = run(state, ev.Frame(wire.SettingsEvent.model_construct(channel_id=CHANNEL)))  # type: ignore[call-arg]
     assert (state.answered, state.blocked, kinds(actions)) == (3, None, ["StartLooking"])
 
@@ -154,9 +154,9 @@ def test_a_settings_event_has_a_blocked_persona_look_again_from_where_it_was() -
 def test_a_claim_given_back_wakes_a_persona_waiting_for_the_pool() -> None:
     claim = wire.ClaimView(claim_id="x", persona="ben", tier=Tier.REMARK, cost=60, state=SpendState.RELEASED)
     given_back = ev.Frame(wire.ClaimEvent(channel_id=CHANNEL, claim=claim))
-    waiting = replace(ARRIVED, looking=False, intent=(1, Tier.REMARK), timer=True)
+    waiting = ARRIVED._replace(looking=False, intent=(1, Tier.REMARK), timer=True)
     assert kinds(run(waiting, given_back)[1]) == ["StartLooking"]
-    assert run(replace(waiting, timer=False), given_back)[1] == []  # not waiting: nothing to do
+    assert run(waiting._replace(timer=False), given_back)[1] == []  # not waiting: nothing to do
 
 
 def test_its_own_notes_are_taken_newer_only() -> None:
@@ -189,17 +189,17 @@ def test_what_wakes_a_worker(event: ev.Event, before: WorkerState, starts: bool)
 
 
 def test_a_woken_worker_pauses_then_looks_and_an_idle_one_stops() -> None:
-    state, actions = run(replace(ARRIVED, woken=True), ev.Free(), now=NOW)
+    state, actions = run(ARRIVED._replace(woken=True), ev.Free(), now=NOW)
     [pause] = actions
     assert isinstance(pause, act.Pause) and pause.seconds > 0
     assert state.turn is not None and state.turn.due == NOW + pause.seconds
 
-    state, actions = run(replace(ARRIVED, woken=False), ev.Free())
+    state, actions = run(ARRIVED._replace(woken=False), ev.Free())
     assert (actions, state.looking) == ([], False)
 
 
 def test_an_addressed_persona_pauses_briefly() -> None:
-    _, actions = run(replace(ARRIVED, woken=True, window=(said(1, addressed=(ME,)),)), ev.Free())
+    _, actions = run(ARRIVED._replace(woken=True, window=(said(1, addressed=(ME,)),)), ev.Free())
     assert actions == [act.Pause(0.2 * SEAT.config.base_delay_s)]
 
 
@@ -213,21 +213,21 @@ def test_an_addressed_persona_pauses_briefly() -> None:
     ],
 )
 def test_after_the_pause(pause_over: ev.PauseOver, standing: str | None, expected: list[str]) -> None:
-    state = replace(ARRIVED, window=(said(1),), last_seq=1, turn=Turn(due=NOW, pause=1.0), standing=standing)
+    state = ARRIVED._replace(window=(said(1),), last_seq=1, turn=Turn(due=NOW, pause=1.0), standing=standing)
     state, actions = run(state, pause_over)
     assert kinds(actions) == expected
     assert not state.woken
 
 
 def test_once_told_it_looks_on() -> None:
-    state = replace(ARRIVED, window=(said(1),), last_seq=1, turn=Turn(due=NOW, pause=1.0))
+    state = ARRIVED._replace(window=(said(1),), last_seq=1, turn=Turn(due=NOW, pause=1.0))
     state, actions = run(state, ev.PauseOver("no permission", 0.0), ev.Stood("no permission", told=True))
     # It cannot post: the arbiter knows now, and everything so far counts as dealt with.
     assert (state.standing, state.answered, kinds(actions)) == ("no permission", 1, ["TellStanding"])
 
 
 def test_nothing_new_from_others_is_no_turn() -> None:
-    state = replace(ARRIVED, window=(said(1),), last_seq=1, answered=1, turn=Turn(due=NOW, pause=1.0))
+    state = ARRIVED._replace(window=(said(1),), last_seq=1, answered=1, turn=Turn(due=NOW, pause=1.0))
     state, actions = run(state, ev.PauseOver(None, 0.0))
     assert actions == [] and state.turn is not None and not state.turn.begun
 
@@ -236,7 +236,7 @@ def test_nothing_new_from_others_is_no_turn() -> None:
 
 
 def test_an_addressed_persona_plans_a_remark_and_claims_it() -> None:
-    begun = replace(ARRIVED, window=(said(1, addressed=(ME,)),), last_seq=1, turn=Turn(NOW, 0.5, begun=True))
+    begun = ARRIVED._replace(window=(said(1, addressed=(ME,)),), last_seq=1, turn=Turn(NOW, 0.5, begun=True))
     _, actions = run(begun, ev.StatusRead(status(asked=(ME,)), NOW))
 
     report, _log, claim = actions
@@ -246,7 +246,7 @@ def test_an_addressed_persona_plans_a_remark_and_claims_it() -> None:
 
 
 def test_a_paused_channel_is_no_claim_and_remembers_where_it_was() -> None:
-    begun = replace(ARRIVED, window=(said(1),), last_seq=1, answered=0, turn=Turn(NOW, 0.5, begun=True))
+    begun = ARRIVED._replace(window=(said(1),), last_seq=1, answered=0, turn=Turn(NOW, 0.5, begun=True))
     state, actions = run(begun, ev.StatusRead(status(paused=True), NOW))
     assert kinds(actions) == ["ReportPlan", "Log"]
     assert (state.blocked, state.answered) == (0, 1)
@@ -372,7 +372,7 @@ def test_an_asked_persona_that_said_nothing_tries_once_more_without_a_pass() -> 
     assert (actions, state.must_answer) == ([act.ScheduleLook(0.0), act.Count("looks")], 1)
 
     state, _ = run(
-        replace(state, timer=False, turn=Turn(NOW, 0.5, begun=True), woken=False),
+        state._replace(timer=False, turn=Turn(NOW, 0.5, begun=True), woken=False),
         ev.StatusRead(status(asked=(ME,)), NOW),
     )
     state, actions = run(state, ev.ClaimAnswered(granted()))
@@ -398,7 +398,7 @@ def test_a_turn_taken_otherwise_deals_with_what_it_saw() -> None:
 
 
 def test_closing_forgets_the_look_scheduled_and_stopping_gives_the_claim_back() -> None:
-    state, actions = run(replace(writing(said(1)), timer=True), ev.Close())
+    state, actions = run(writing(said(1))._replace(timer=True), ev.Close())
     assert (actions, state.closed, state.timer) == ([act.CancelLook()], True, False)
     assert run(state, ev.Wake())[1] == []  # closed: no more looks
     state, actions = run(state, ev.Stopped())
