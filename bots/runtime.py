@@ -27,6 +27,7 @@ from bots.llm.base import LLMRateLimited
 from bots.worker.actions import LookPlanned
 from bots.worker.channel import ChannelWorker
 from bots.worker.config import RuntimeConfig
+from bots.worker.step import Seat
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from bots.mcp_host import ToolHost
     from bots.persona import Persona
     from bots.platforms.base import Platform
+    from bots.worker.step import PauseRule
 
 __all__ = ("ChannelWorker", "LookPlanned", "PersonaRuntime", "RuntimeConfig", "RuntimeStats", "personas_stream")
 
@@ -132,6 +134,7 @@ class PersonaRuntime:
         self._owns_follower = follower is None
         self.follower = follower or personas_stream(arbiter, name=f"persona={persona.id}", config=config, sleep=sleep)
         self._workers: dict[str, ChannelWorker] = {}
+        self._seats: dict[PauseRule, Seat] = {}
         self.closed = False  # stopped: it takes part nowhere any more
         self._errors_in_a_row = 0
         self._backoff_until = 0.0
@@ -162,6 +165,14 @@ class PersonaRuntime:
 
     def _make_worker(self, channel_id: str) -> ChannelWorker:
         return ChannelWorker(self, channel_id)
+
+    def seat(self, pause: PauseRule) -> Seat:
+        """What its workers' steps read besides their state: one for all its channels (a persona process keeps a
+        worker per persona and channel, and a seat each would be some 90 bytes more a worker)."""
+        seat = self._seats.get(pause)
+        if seat is None:
+            seat = self._seats[pause] = Seat(self.persona, self.config, self.rng, pause)
+        return seat
 
     @property
     def channels(self) -> list[str]:

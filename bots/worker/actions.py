@@ -20,6 +20,7 @@ __all__ = (
     "AskStatus",
     "Awaited",
     "CancelLook",
+    "Carried",
     "Claim",
     "Count",
     "CountPost",
@@ -87,7 +88,13 @@ class Arrived:
 
 @dataclass(frozen=True, slots=True)
 class ReportPlan:
-    plan: LookPlanned
+    """A look's plan, for the runtime's ``on_decision`` hook: a ``LookPlanned`` once the shell adds its channel (a
+    step knows none: the persona's workers share what it reads besides the state)."""
+
+    seq: int
+    tier: Tier | None
+    due: float
+    pause: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,5 +204,7 @@ class Release:
 
 
 Instant = StartLooking | StopWriting | ScheduleLook | CancelLook | Arrived | ReportPlan | Count | CountPost | Log
-Awaited = Pause | TellStanding | AskStatus | Claim | Decide | Speak | Post | Retract | Link | Release
+# What takes time besides the pause, which the shell sleeps through in place (``ChannelWorker._run``).
+Carried = TellStanding | AskStatus | Claim | Decide | Speak | Post | Retract | Link | Release
+Awaited = Pause | Carried
 Action = Instant | Awaited

@@ -29,7 +29,6 @@ from bots.worker.actions import (
     Decide,
     Link,
     Log,
-    LookPlanned,
     Pause,
     Post,
     Release,
@@ -70,11 +69,15 @@ from bots.worker.state import Turn, WorkerState, kept_notes
 if TYPE_CHECKING:
     import random
     from collections.abc import Callable, Sequence
+    from typing import TypeAlias
 
     from bots.persona import Persona
     from bots.worker.actions import Action
     from bots.worker.config import RuntimeConfig
     from bots.worker.events import Event
+
+    # How long a persona pauses before a look, from what it read.
+    PauseRule: TypeAlias = Callable[[Persona, RuntimeConfig, Sequence[wire.MessageView], random.Random], float]
 
 __all__ = ("Seat", "reading_pause", "step")
 
@@ -98,13 +101,13 @@ def reading_pause(
 
 @dataclass(frozen=True, slots=True)
 class Seat:
-    """Who takes turns where, and how: what a step reads besides the state (chance included)."""
+    """Who takes turns, and how: what a step reads besides the state (chance included). One for all the channels of
+    a persona (``PersonaRuntime.seat``): it names none."""
 
     persona: Persona
     config: RuntimeConfig
-    channel_id: str
     rng: random.Random
-    pause: Callable[[Persona, RuntimeConfig, Sequence[wire.MessageView], random.Random], float] = reading_pause
+    pause: PauseRule = reading_pause
 
 
 def step(state: WorkerState, event: Event, now: float, seat: Seat) -> Stepped:
@@ -260,7 +263,7 @@ def _plan(state: WorkerState, status: wire.StatusView, read_at: float, seat: Sea
         # The arbiter still thinks it cannot post here (it was told so before the persona restarted): it can.
         actions.append(TellStanding(None))
     actions += [
-        ReportPlan(LookPlanned(seat.channel_id, newest, plan.tier, turn.due, turn.pause)),
+        ReportPlan(newest, plan.tier, turn.due, turn.pause),
         Log(
             logging.DEBUG,
             "seq=%d level=%d priority=%s held=%s plan=%s",

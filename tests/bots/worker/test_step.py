@@ -29,7 +29,7 @@ ME = "aoi"
 CHANNEL = "lounge"
 CLOCK = FakeClock()
 NOW = CLOCK()
-SEAT = Seat(make_persona(ME), RuntimeConfig(), CHANNEL, random.Random(7))
+SEAT = Seat(make_persona(ME), RuntimeConfig(), random.Random(7))
 
 
 def said(
@@ -240,7 +240,7 @@ def test_an_addressed_persona_plans_a_remark_and_claims_it() -> None:
     _, actions = run(begun, ev.StatusRead(status(asked=(ME,)), NOW))
 
     report, _log, claim = actions
-    assert isinstance(report, act.ReportPlan) and report.plan == act.LookPlanned(CHANNEL, 1, Tier.REMARK, NOW, 0.5)
+    assert report == act.ReportPlan(1, Tier.REMARK, NOW, 0.5)
     assert isinstance(claim, act.Claim)
     assert (claim.request.tier, claim.request.based_on_seq, claim.request.notes) == (Tier.REMARK, 1, True)
 
