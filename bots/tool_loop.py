@@ -23,9 +23,16 @@ from bots.llm.base import CompletionRequest, LLMError, ToolResult, ToolSpec, Tur
 from bots.planner import refused_outright, stale
 from bots.prompt import COLUMNS_NOTE, LANGUAGE_NAMES, length_limit, persona_prompt
 from bots.runtime import ChannelWorker, PersonaRuntime
+from bots.worker.turn import provider_answered, provider_failed
 
 if TYPE_CHECKING:
+    import random
+    from collections.abc import Callable, Sequence
+
+    from arbiter.contract import MessageView
     from bots.llm.base import ToolCall
+    from bots.persona import Persona
+    from bots.worker.config import RuntimeConfig
 
 __all__ = ("TOOLS", "ToolLoopRuntime", "ToolLoopWorker")
 
@@ -78,14 +85,24 @@ def _instructions(runtime: PersonaRuntime, status: wire.StatusView) -> str:
     )
 
 
-class ToolLoopWorker(ChannelWorker):
-    def _delay(self) -> float:
-        # The reference started a loop as soon as a message arrived; a small jitter keeps agents apart.
-        return self.runtime.rng.uniform(0.05, 0.3) * self.runtime.config.base_delay_s
+def _quick_pause(persona: Persona, config: RuntimeConfig, window: Sequence[MessageView], rng: random.Random) -> float:
+    # The reference started a loop as soon as a message arrived; a small jitter keeps agents apart.
+    return rng.uniform(0.05, 0.3) * config.base_delay_s
 
-    async def _turn(self, due: float, pause: float) -> None:
+
+class ToolLoopWorker(ChannelWorker):
+    __slots__ = ()
+
+    def pause_rule(self) -> Callable[[Persona, RuntimeConfig, Sequence[MessageView], random.Random], float]:
+        return _quick_pause
+
+    async def look(self) -> None:
+        await self._loop()
+
+    async def _loop(self) -> None:
         runtime = self.runtime
-        self.answered = self.window[-1].seq if self.window else self.answered
+        if self.window:
+            self.dealt_with(self.window[-1].seq)
         status = await runtime.arbiter.status(self.channel_id)
         # The reference had no pause, mute or budget; here they hold in this mode too: no loop, no tokens spent.
         # Nor did it read the history back after a restart: what was said long ago is no cue here either.
@@ -109,9 +126,9 @@ class ToolLoopWorker(ChannelWorker):
                 try:
                     completion = await runtime.provider.complete(request)
                 except LLMError as error:
-                    await self._provider_failed(error)
+                    await provider_failed(runtime, self.channel_id, error)
                     return
-                await self._provider_answered(completion.usage)
+                await provider_answered(runtime, self.channel_id, completion.usage)
                 if not completion.tool_calls:
                     return
                 turns.append(Turn(role="assistant", text=completion.text, tool_calls=completion.tool_calls))

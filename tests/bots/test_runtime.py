@@ -15,10 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from arbiter import contract as wire
 from arbiter.contract import AuthorKind, Tier, display_length
 from bots.llm import LLMUnavailable, ScriptedProvider, create_provider
-from bots.runtime import Overtaking
 from tests.bots.conftest import CHANNEL
 from tests.support.eventually import eventually
 from tests.support.fleet import FAST, RecordingProvider, make_persona, mentions_in
@@ -477,7 +475,7 @@ async def test_closing_the_runtime_while_a_claim_is_on_its_way_gives_back_what_t
 async def test_closing_the_runtime_while_it_gives_a_claim_back_waits_for_the_release(
     live: Live, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, "bots.runtime")
+    caplog.set_level(logging.INFO, "bots.worker")
     aoi = make_persona("aoi")
     provider = scripted(aoi)
     provider.fail_next(LLMUnavailable("the model is down"))  # the turn ends in a release
@@ -590,57 +588,6 @@ async def test_a_remark_a_new_question_to_someone_else_overtakes_is_stopped_unwr
         await live.settled(CHANNEL)
         assert runtime.stats.overtaken == 0
         assert runtime.stats.wasted == 0
-
-
-def _said(
-    author: str, *, human: bool = True, addressed: tuple[str, ...] = (), tier: Tier = Tier.REMARK
-) -> wire.MessageView:
-    return wire.MessageView(
-        seq=9,
-        author_id=author,
-        author_kind=AuthorKind.HUMAN if human else AuthorKind.PERSONA,
-        author_name=author.title(),
-        text="something",
-        at=0.0,
-        tier=None if human else tier,
-        addressed=list(addressed),
-    )
-
-
-@pytest.mark.parametrize(
-    ("messages", "tier", "addressed", "overtaken"),
-    [
-        # A nod is for the latest message: anything someone else says first leaves it nodding at the wrong one.
-        pytest.param([_said("yui")], Tier.AIZUCHI, False, True, id="nod-a-person-speaks"),
-        pytest.param([_said("aoi", human=False)], Tier.AIZUCHI, False, True, id="nod-a-persona-speaks"),
-        pytest.param([_said("ben", human=False)], Tier.AIZUCHI, False, False, id="nod-its-own-message"),
-        # A remark gives way to the floor of someone a person asks, and goes stale after more than the channel's
-        # tolerance (here 1) of remarks and human messages; nothing else stops it.
-        pytest.param([_said("yui", addressed=("aoi",))], Tier.REMARK, False, True, id="remark-someone-else-asked"),
-        pytest.param([_said("yui", addressed=("aoi",))], Tier.LONG, False, True, id="long-someone-else-asked"),
-        pytest.param([_said("yui", addressed=("aoi",))], Tier.REMARK, True, False, id="remark-it-has-the-floor-too"),
-        pytest.param([_said("yui", addressed=("ben",))], Tier.REMARK, False, False, id="remark-it-is-asked"),
-        pytest.param([_said("yui")], Tier.REMARK, False, False, id="remark-a-plain-statement"),
-        pytest.param([_said("aoi", human=False, addressed=("cho",))], Tier.REMARK, False, False, id="remark-a-persona"),
-        pytest.param([_said("yui"), _said("aoi", human=False)], Tier.REMARK, True, True, id="remark-two-came-after"),
-        pytest.param(
-            [_said("yui"), *[_said("aoi", human=False, tier=Tier.AIZUCHI)] * 3],
-            Tier.REMARK,
-            False,
-            False,
-            id="remark-nods-do-not-count",
-        ),
-        pytest.param(
-            [_said("yui"), _said("ben", human=False)], Tier.REMARK, False, False, id="remark-its-own-count-not"
-        ),
-    ],
-)
-def test_what_overtakes_an_answer_being_written(
-    messages: list[wire.MessageView], tier: Tier, addressed: bool, overtaken: bool
-) -> None:
-    overtakes = Overtaking("ben", tier, addressed, tolerance=1)
-
-    assert any([overtakes(message) for message in messages]) is overtaken
 
 
 async def _no_claim(live: Live, persona_id: str) -> bool:

@@ -1,0 +1,190 @@
+"""A turn's I/O once the claim is granted: the model's decision (stopped when overtaken, cut off before the claim
+lapses, its tokens counted and reported), the speech, the post or the reaction, and what follows a post."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from arbiter import contract as wire
+from arbiter.contract import Tier
+from bots.errors import BotError, PostFailed
+from bots.llm.base import DecisionRequest, LLMAuthError, LLMBadOutput, LLMError, LLMTimeout
+from bots.llm.tool_rounds import decide_with_tools
+from bots.memory import MEMORY_SCHEMA
+from bots.platforms.base import Posted as Shown
+from bots.prompt import persona_prompt, rules_prompt, transcript_turn
+from bots.scene import scene_of
+from bots.worker.events import Answer, Decided, Failed, Overtaken, Posted, SpeakAnswered, Unusable
+from bots.worker.events import PostFailed as PostLost
+from bots.worker.looking import hear_what_was_said
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from bots.llm.base import DecisionResult, ToolSpec, Usage
+    from bots.runtime import PersonaRuntime
+    from bots.worker.actions import Decide, Post, Speak
+
+__all__ = ("decide", "link", "post", "provider_answered", "provider_failed", "retract", "speak")
+
+_log = logging.getLogger(__name__)
+
+
+def _request(runtime: PersonaRuntime, action: Decide) -> DecisionRequest:
+    persona = runtime.persona
+    status, shown, own_lines, memory = action.status, list(action.shown), list(action.own_lines), action.memory
+    rules = rules_prompt(persona, action.actions, action.lengths, status.topic, keeps_notes=True)
+    return DecisionRequest(
+        system=persona_prompt(persona) + "\n\n" + rules,
+        turns=(transcript_turn(persona, shown, status, own_lines, memory=memory, keeps_notes=True),),
+        actions=action.actions,  # type: ignore[arg-type]
+        max_lengths=action.lengths,
+        time_left_s=action.time_left,
+        allow_pass=action.allow_pass,
+        memory_schema=MEMORY_SCHEMA,
+        scene=scene_of(persona, shown, status, own_lines, memory),
+    )
+
+
+async def decide(runtime: PersonaRuntime, channel_id: str, action: Decide, overtaken: asyncio.Event) -> Decided:
+    """One model call on the claim, showing it was typing meanwhile; stopped when ``overtaken`` is set (the arbiter
+    would refuse the answer, so generating the rest of it would be spent for nothing)."""
+    request = _request(runtime, action)
+    # Tools to look things up are for saying something: a nod needs none, and its claim is short.
+    tools = runtime.tools.specs if runtime.tools is not None and action.claim.tier is not Tier.AIZUCHI else ()
+    async with runtime.platform.typing(channel_id):
+        try:
+            # The provider keeps to time_left_s itself; this only makes sure of it, whatever the provider (and
+            # whatever the tools do).
+            async with asyncio.timeout(None if request.time_left_s is None else request.time_left_s + 0.5):
+                result = await _unless_overtaken(runtime, channel_id, request, tools, overtaken)
+        except TimeoutError:
+            await provider_failed(runtime, channel_id, LLMTimeout("no answer while the claim held"))
+            return Decided(Failed())
+        except LLMBadOutput as error:
+            runtime.stats.count_usage(error.usage)
+            await _report_usage(runtime, channel_id, error.usage)
+            _log.warning("persona=%s: unusable model output: %s", runtime.persona.id, error)
+            return Decided(Unusable())
+        except LLMError as error:
+            await provider_failed(runtime, channel_id, error)
+            return Decided(Failed())
+        if result is None:
+            return Decided(Overtaken())
+        await provider_answered(runtime, channel_id, result.usage)
+        return Decided(Answer(result.decision))
+
+
+async def _unless_overtaken(
+    runtime: PersonaRuntime,
+    channel_id: str,
+    request: DecisionRequest,
+    tools: tuple[ToolSpec, ...],
+    overtaken: asyncio.Event,
+) -> DecisionResult | None:
+    call = asyncio.ensure_future(_decide(runtime, channel_id, request, tools))
+    stop = asyncio.ensure_future(overtaken.wait())
+    try:
+        await asyncio.wait((call, stop), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        if not call.done():
+            call.cancel()
+        await asyncio.gather(call, stop, return_exceptions=True)
+    if call.cancelled():
+        return None
+    # Finished, though perhaps overtaken at the same moment: then the arbiter refuses it, and it counts as wasted.
+    return call.result()
+
+
+async def _decide(
+    runtime: PersonaRuntime, channel_id: str, request: DecisionRequest, tools: tuple[ToolSpec, ...]
+) -> DecisionResult:
+    """One forced decision; or, offered tools, a few rounds of tool calls and then the decision (each round an LLM
+    request, its tokens counted and reported as it is answered)."""
+    if not tools or runtime.tools is None:
+        runtime.stats.llm_requests += 1
+        return await runtime.provider.decide(request)
+
+    def counted() -> None:
+        runtime.stats.llm_requests += 1
+
+    async def answered(usage: Usage) -> None:
+        await provider_answered(runtime, channel_id, usage)
+
+    return await decide_with_tools(
+        runtime.provider,
+        request,
+        tools,
+        runtime.tools.call,
+        rounds=runtime.config.tool_rounds,
+        on_request=counted,
+        on_answer=answered,
+    )
+
+
+async def speak(runtime: PersonaRuntime, channel_id: str, action: Speak, heard: Callable[[], int]) -> SpeakAnswered:
+    """Speak on the claim, once the arbiter has heard what was said while the model wrote (it judges the speech with
+    it)."""
+    await hear_what_was_said(runtime, channel_id, heard)
+    said_before = runtime.platform.latest_said(channel_id)
+    request = wire.SpeakRequest(text=action.text, tier=action.tier, based_on_seq=action.based_on, memory=action.memory)
+    result = await runtime.arbiter.speak(channel_id, action.claim_id, request)
+    return SpeakAnswered(result, said_before, runtime.platform.latest_said(channel_id))
+
+
+async def post(runtime: PersonaRuntime, channel_id: str, action: Post) -> Posted | PostLost:
+    """Post the message; or, for a persona that nods with emoji, react to the message it answers."""
+    try:
+        shown = await _deliver(runtime, channel_id, action)
+    except PostFailed as error:
+        return PostLost(action.seq, str(error), runtime.cannot_post(channel_id))
+    return Posted(action.tier, action.seq, shown.platform_message_id)
+
+
+async def _deliver(runtime: PersonaRuntime, channel_id: str, action: Post) -> Shown:
+    platform = runtime.platform
+    target = action.react_to
+    if target is not None and await platform.react(channel_id, target, action.text):
+        return Shown(f"reaction-{target}-{action.seq}")
+    return await platform.post(channel_id, action.text)
+
+
+async def retract(runtime: PersonaRuntime, channel_id: str, seq: int) -> None:
+    with contextlib.suppress(BotError):
+        await runtime.arbiter.retract(channel_id, seq)
+
+
+async def link(runtime: PersonaRuntime, channel_id: str, seq: int, platform_message_id: str) -> None:
+    with contextlib.suppress(BotError):
+        await runtime.arbiter.link(channel_id, seq, platform_message_id)
+
+
+async def provider_failed(runtime: PersonaRuntime, channel_id: str, error: LLMError) -> None:
+    """Back off, or stop calling for good when the key was refused; what the failed call spent (if the API answered
+    at all) still counts."""
+    runtime.stats.count_usage(error.usage)
+    if isinstance(error, LLMAuthError):
+        await runtime.stop_calling(error)
+    else:
+        runtime.provider_failed(error)
+    await _report_usage(runtime, channel_id, error.usage)
+
+
+async def provider_answered(runtime: PersonaRuntime, channel_id: str, usage: Usage) -> None:
+    runtime.provider_ok()
+    runtime.stats.count_usage(usage)
+    await _report_usage(runtime, channel_id, usage)
+
+
+async def _report_usage(runtime: PersonaRuntime, channel_id: str, usage: Usage | None) -> None:
+    if usage is None or (usage.prompt_tokens == 0 and usage.completion_tokens == 0):
+        return
+    report = wire.UsageReport(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
+    try:
+        await runtime.arbiter.report_usage(channel_id, report)
+    except BotError as error:
+        _log.warning("persona=%s: could not report usage: %s", runtime.persona.id, error)
