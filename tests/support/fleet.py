@@ -48,7 +48,6 @@ __all__ = (
     "Live",
     "RecordingProvider",
     "RequestLog",
-    "eventually",  # tests.support.eventually's, still importable from here for branches written before it moved
     "live_arbiter",
     "make_persona",
     "mentions_in",
