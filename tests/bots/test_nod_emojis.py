@@ -1,5 +1,6 @@
-"""A persona's own emoji nods in its file: validated on load against Discord's rules for an application emoji, with
-errors that name the file and the field; the shipped images pass them."""
+"""A persona's own emoji nods: in its file, validated on load against Discord's rules for an application emoji, with
+errors that name the file and the field (the shipped images pass them); in the rules its model reads and among the
+stand-in's nods, where they can be reactions. On Discord: tests/discord/test_own_emojis.py."""
 
 from __future__ import annotations
 
@@ -10,8 +11,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import tomli_w
 
+from bots.llm.base import DecisionRequest
+from bots.llm.scene import Scene, SceneLine
+from bots.llm.scripted import ScriptedProvider
 from bots.persona import EMOJI_MAX_BYTES, PersonaError, load_persona, load_personas
+from bots.prompt import rules_prompt
 from tests.bots.test_persona import SHIPPED, valid
+from tests.support.fleet import make_persona
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -110,3 +116,33 @@ def test_the_shipped_emoji_images_are_small_pngs_discord_takes() -> None:
         data = emoji.image.read_bytes()
         assert data.startswith(b"\x89PNG"), emoji.name
         assert len(data) < 8 * 1024, emoji.name  # a few KiB each, committed
+
+
+# --- offered as nods where they can be reactions -------------------------------------------------------
+
+
+def test_the_rules_offer_its_own_emojis_only_where_it_can_react_with_them() -> None:
+    persona = make_persona("aoi").model_copy(update={"react_with_emoji": True})
+    actions, lengths = ("pass", "aizuchi", "remark"), {"aizuchi": 24, "remark": 120}
+
+    offered = rules_prompt(persona, actions, lengths, "", emoji_nods=(":aoi_nod:",))
+    plain = rules_prompt(persona, actions, lengths, "")
+
+    assert "your own emojis, written just so: :aoi_nod:" in offered
+    assert ":aoi_nod:" not in plain and "a single emoji works too" in plain
+
+
+async def test_the_stand_in_nods_with_its_own_emoji_now_and_then_and_never_without_it() -> None:
+    persona = make_persona("aoi")
+    news = (SceneLine("bob", "person", "I'm off to the mountains this weekend."),)
+
+    async def nods(emoji: tuple[str, ...]) -> list[str]:
+        provider = ScriptedProvider.for_persona(persona, seed=1)
+        scene = Scene(names=("Aoi",), lines=news, emoji_nods=emoji)
+        request = DecisionRequest(system="", turns=(), actions=("aizuchi",), max_lengths={"aizuchi": 24}, scene=scene)
+        return [(await provider.decide(request)).decision.text for _ in range(40)]
+
+    with_emoji, without = await nods((":aoi_nod:",)), await nods(())
+
+    assert 4 <= with_emoji.count(":aoi_nod:") <= 20  # about three nods in ten
+    assert ":aoi_nod:" not in without
