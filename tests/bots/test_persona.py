@@ -312,6 +312,7 @@ def test_the_check_command_passes_on_the_shipped_personas(tmp_path: Path) -> Non
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith(f"{len(list(SHIPPED.glob('*.toml')))} persona(s) checked: ok")
+    assert "  emoji rin_cheer" in result.stdout  # its own, checked
     assert result.stderr == ""
 
 
