@@ -34,8 +34,11 @@ def scene_of(
     status: StatusView,
     own_lines: Sequence[str] = (),
     memory: MemoryUpdate | None = None,
+    *,
+    emoji_nods: Sequence[str] = (),
 ) -> Scene:
-    """What ``persona`` is shown of ``window`` (oldest first), with its own ``own_lines`` not among it."""
+    """What ``persona`` is shown of ``window`` (oldest first), with its own ``own_lines`` not among it; and
+    ``emoji_nods``, its own emojis it may nod with here."""
     shown = {message.text for message in window}
     return Scene(
         names=(persona.display_name, *persona.aliases),
@@ -44,6 +47,7 @@ def scene_of(
         earlier_own=tuple(line for line in own_lines if line not in shown),
         topic=status.topic,
         notes=None if memory is None else memory.state.model_dump(),
+        emoji_nods=tuple(emoji_nods),
     )
 
 

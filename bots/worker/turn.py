@@ -36,7 +36,9 @@ _log = logging.getLogger(__name__)
 def _request(runtime: PersonaRuntime, action: Decide) -> DecisionRequest:
     persona = runtime.persona
     status, shown, own_lines, memory = action.status, list(action.shown), list(action.own_lines), action.memory
-    rules = rules_prompt(persona, action.actions, action.lengths, status.topic, keeps_notes=True)
+    # Its own emojis, where it can react with them (Discord, once uploaded): a nod it may choose.
+    emoji = runtime.platform.emoji_nods() if persona.react_with_emoji else ()
+    rules = rules_prompt(persona, action.actions, action.lengths, status.topic, keeps_notes=True, emoji_nods=emoji)
     return DecisionRequest(
         system=persona_prompt(persona) + "\n\n" + rules,
         turns=(transcript_turn(persona, shown, status, own_lines, memory=memory, keeps_notes=True),),
@@ -45,7 +47,7 @@ def _request(runtime: PersonaRuntime, action: Decide) -> DecisionRequest:
         time_left_s=action.time_left,
         allow_pass=action.allow_pass,
         memory_schema=MEMORY_SCHEMA,
-        scene=scene_of(persona, shown, status, own_lines, memory),
+        scene=scene_of(persona, shown, status, own_lines, memory, emoji_nods=emoji),
     )
 
 

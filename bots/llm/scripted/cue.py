@@ -41,6 +41,7 @@ class Cue:
     aside: bool = False  # between others: a nod at most
     for_another: bool = False  # put to another persona, who has not answered: a nod, or the answer it did not give
     done: bool = False  # nothing is left to answer
+    emoji_nods: tuple[str, ...] = ()  # its own emojis it may nod with here (``:name:``)
 
 
 NOTHING = Cue()
