@@ -142,7 +142,9 @@ def _personas_check(args: argparse.Namespace) -> int:
         state = "set" if persona.discord_token_env and env.get(persona.discord_token_env) else "not set"
         print(
             f"{persona.id:<10} {persona.display_name:<10} {persona.language}  profile={persona.provider:<10}"
-            f" talkativeness={persona.talkativeness:.2f}  discord token {token} ({state})"
+            f" talkativeness={persona.talkativeness:.2f}"
+            + (f"  emoji {' '.join(e.name for e in persona.nod_emojis)}" if persona.nod_emojis else "")
+            + f"  discord token {token} ({state})"
         )
     for warning in report.warnings:
         print(f"warning: {warning}")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import discord
 
+from bots.app_emojis import own_emojis
 from bots.errors import BotError
 from bots.platforms.discord import NO_MENTIONS, DiscordPlatform
 
@@ -47,10 +48,15 @@ class PersonaClient(discord.AutoShardedClient):
         self._refresh_s = refresh_s
         self._refresher: asyncio.Task[None] | None = None
         self._look = asyncio.Event()
+        self._emojis_found = False
 
     async def on_ready(self) -> None:
         assert self.user is not None and self.runtime is not None
         self.runtime.platform.user_id = str(self.user.id)
+        if not self._emojis_found and isinstance(self.runtime.platform, DiscordPlatform):
+            # Once per start, before it joins any channel: its own emojis, uploaded the first time ever.
+            self._emojis_found = True
+            self.runtime.platform.use_emojis(await own_emojis(self, self.runtime.persona))
         try:
             await self.runtime.start()
         except BotError as error:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import re
 import tomllib
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import (
@@ -30,9 +31,17 @@ from bots.errors import BotError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from pathlib import Path
 
-__all__ = ("BigFive", "McpServer", "Persona", "PersonaError", "Samples", "load_persona", "load_personas")
+__all__ = (
+    "BigFive",
+    "McpServer",
+    "NodEmoji",
+    "Persona",
+    "PersonaError",
+    "Samples",
+    "load_persona",
+    "load_personas",
+)
 
 _log = logging.getLogger(__name__)
 
@@ -156,6 +165,48 @@ class McpServer(BaseModel):
         return self
 
 
+# Discord's rules for an application emoji: its name, and an image of at most 256 KiB in one of the formats it takes
+# (AVIF too, but discord.py cannot upload that).
+EmojiName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_]{2,32}$")]
+EMOJI_MAX_BYTES = 256 * 1024
+_IMAGE_KINDS = {b"\x89PNG\r\n\x1a\n": "PNG", b"\xff\xd8\xff": "JPEG", b"GIF87a": "GIF", b"GIF89a": "GIF"}
+
+
+def _image_kind(head: bytes) -> str | None:
+    if head.startswith(b"RIFF") and head[8:12] == b"WEBP":
+        return "WebP"
+    return next((kind for magic, kind in _IMAGE_KINDS.items() if head.startswith(magic)), None)
+
+
+class NodEmoji(BaseModel):
+    """An image the persona nods with on Discord: uploaded as an emoji of its bot's application under ``name``, and
+    said as ``:name:``. ``image`` is relative to the persona file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: EmojiName
+    image: Path
+
+    @property
+    def said(self) -> str:
+        return f":{self.name}:"
+
+    def checked(self, directory: Path | None) -> NodEmoji:
+        """The emoji with its image found from ``directory`` (the persona file's), once the image would be taken."""
+        image = self.image if directory is None or self.image.is_absolute() else directory / self.image
+        try:
+            with image.open("rb") as file:
+                head = file.read(16)
+                size = file.seek(0, 2)
+        except OSError as error:
+            raise ValueError(f"{self.name}: cannot read {image}: {error.strerror or error}") from None
+        if _image_kind(head) is None:
+            raise ValueError(f"{self.name}: {image} is not a PNG, JPEG, GIF or WebP image")
+        if size > EMOJI_MAX_BYTES:
+            raise ValueError(f"{self.name}: {image} is {size} bytes; Discord takes at most {EMOJI_MAX_BYTES} (256 KiB)")
+        return self.model_copy(update={"image": image})
+
+
 class Persona(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -181,6 +232,9 @@ class Persona(BaseModel):
         description="its name chip's colour in the local room",
     )
     react_with_emoji: bool = Field(False, description="on Discord, give aizuchi as an emoji reaction when it fits")
+    nod_emojis: list[NodEmoji] = Field(
+        default_factory=list, max_length=5, description="its own emoji images, to nod with as reactions on Discord"
+    )
     mcp_servers: list[McpServer] = Field(
         default_factory=list, max_length=5, description="MCP servers whose tools it may call during its turn"
     )
@@ -194,6 +248,19 @@ class Persona(BaseModel):
         if len(names) != len(set(names)):
             raise ValueError("aliases repeat the display name or each other")
         return aliases
+
+    @field_validator("nod_emojis")
+    @classmethod
+    def _emojis_usable(cls, emojis: list[NodEmoji], info: ValidationInfo) -> list[NodEmoji]:
+        if not emojis:
+            return emojis
+        if not info.data.get("react_with_emoji"):
+            raise ValueError("they are nods given as reactions: set react_with_emoji = true")
+        names = [emoji.name for emoji in emojis]
+        if len(names) != len(set(names)):
+            raise ValueError("two emojis have the same name")
+        directory = info.context.get("directory") if isinstance(info.context, dict) else None
+        return [emoji.checked(directory) for emoji in emojis]
 
     @field_validator("mcp_servers")
     @classmethod
@@ -213,6 +280,11 @@ class Persona(BaseModel):
     def names(self) -> tuple[str, ...]:
         return (self.display_name, *self.aliases)
 
+    @property
+    def emoji_nods(self) -> tuple[str, ...]:
+        """Its own emoji as it says them (``:name:``): each a reaction on Discord once uploaded."""
+        return tuple(emoji.said for emoji in self.nod_emojis)
+
 
 def _field_path(location: tuple[int | str, ...]) -> str:
     path = ""
@@ -231,7 +303,7 @@ def load_persona(path: Path) -> Persona:
     except tomllib.TOMLDecodeError as error:
         raise PersonaError(f"{path}: not valid TOML: {error}") from None
     try:
-        persona = Persona.model_validate(data)
+        persona = Persona.model_validate(data, context={"directory": path.parent})
     except ValidationError as error:
         problems = "; ".join(f"{_field_path(e['loc'])}: {e['msg']}" for e in error.errors(include_url=False))
         raise PersonaError(f"{path}: {problems}") from None

@@ -78,14 +78,24 @@ def persona_prompt(persona: Persona) -> str:
 
 
 def rules_prompt(
-    persona: Persona, actions: Sequence[str], max_lengths: Mapping[str, int], topic: str, *, keeps_notes: bool = False
+    persona: Persona,
+    actions: Sequence[str],
+    max_lengths: Mapping[str, int],
+    topic: str,
+    *,
+    keeps_notes: bool = False,
+    emoji_nods: Sequence[str] = (),
 ) -> str:
+    """``emoji_nods``: the persona's own emojis it may nod with here (``:name:``), each shown as a reaction."""
+
     def guide(action: str) -> str:
         line = f"- {action}: {_TIER_GUIDE[action]}"
         if action in max_lengths:
             line += f" ({length_limit(max_lengths[action])})"
         if action == Tier.AIZUCHI and persona.react_with_emoji:
             line += "; a single emoji works too, shown as a reaction"
+            if emoji_nods:
+                line += f", and so do your own emojis, written just so: {' '.join(emoji_nods)}"
         return line
 
     lines = [

@@ -35,10 +35,12 @@ def scene_of(
     own_lines: Sequence[str] = (),
     memory: MemoryUpdate | None = None,
     *,
+    emoji_nods: Sequence[str] = (),
     images: Collection[str] = (),
 ) -> Scene:
-    """What ``persona`` is shown of ``window`` (oldest first), with its own ``own_lines`` not among it.
-    ``images``: the addresses of the images the model is given (``bots.images.prompt_images``)."""
+    """What ``persona`` is shown of ``window`` (oldest first), with its own ``own_lines`` not among it; and
+    ``emoji_nods``, its own emojis it may nod with here. ``images``: the addresses of the images the model is
+    given (``bots.images.prompt_images``)."""
     shown = {message.text for message in window}
     return Scene(
         names=(persona.display_name, *persona.aliases),
@@ -47,6 +49,7 @@ def scene_of(
         earlier_own=tuple(line for line in own_lines if line not in shown),
         topic=status.topic,
         notes=None if memory is None else memory.state.model_dump(),
+        emoji_nods=tuple(emoji_nods),
     )
 
 

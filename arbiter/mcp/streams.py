@@ -32,9 +32,10 @@ _log = logging.getLogger(__name__)
 
 PING_S = 15.0  # a comment this often, so that a client that left is noticed (a write to it fails)
 SYNC_S = 10.0  # how soon a subscription made through another process reaches a stream here
-# How soon a client should reconnect a stream that ended. The SDKs try twice, then give up: 3 s apart covers a
-# restart of the arbiter (a few seconds) without a client giving up on its stream.
-RETRY_MS = 3_000
+# How soon a client should reconnect a stream that ended. The SDKs try twice, then give up (the Python SDK's
+# MAX_RECONNECTION_ATTEMPTS; the TypeScript SDK's maxRetries): 5 s apart gives a restarting arbiter 10 s to be back,
+# which a busy machine needed (at 3 s apart, an arbiter that took over 6 s to start left a client without its stream).
+RETRY_MS = 5_000
 
 _WAKE = ""  # a queue item that only wakes the stream (to end it); channel ids are never empty
 

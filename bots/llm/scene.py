@@ -42,7 +42,8 @@ class Scene:
     ``names``: the persona's own names (never a word to echo back). ``asked``: the index in ``lines`` of the message
     the persona was asked or told directly and has the floor to answer; None when it was not. ``earlier_own``: its
     own lines from before those shown, oldest first (not to be said again). ``notes``: its notes on the
-    conversation as it kept them, None before it has any.
+    conversation as it kept them, None before it has any. ``emoji_nods``: its own emojis it may nod with here
+    (``:name:``; each becomes a reaction), none where it cannot react with them.
     """
 
     names: tuple[str, ...]
@@ -51,6 +52,7 @@ class Scene:
     earlier_own: tuple[str, ...] = ()
     topic: str = ""
     notes: Mapping[str, Any] | None = field(default=None)
+    emoji_nods: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.asked is not None and not 0 <= self.asked < len(self.lines):

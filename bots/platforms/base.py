@@ -39,6 +39,10 @@ class Platform(abc.ABC):
         """Put ``emoji`` on a message, if the platform can; returns whether it did."""
         return False
 
+    def emoji_nods(self) -> tuple[str, ...]:
+        """The persona's own emojis it can react with here, as it says them (``:name:``); none by default."""
+        return ()
+
     def latest_said(self, channel_id: str) -> int:
         """The newest message a person said in the channel that the persona's own account has seen on the platform
         (a numeric platform message id; 0 when none, or when the platform does not tell): the arbiter may hear of it

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING
@@ -16,9 +17,9 @@ from bots.errors import PostFailed
 from bots.platforms.base import Platform, Posted
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Callable, Mapping
 
-__all__ = ("NO_MENTIONS", "DiscordPlatform")
+__all__ = ("DISCORD_FAILURES", "NO_MENTIONS", "DiscordPlatform")
 
 _log = logging.getLogger(__name__)
 
@@ -28,6 +29,9 @@ NO_MENTIONS = discord.AllowedMentions.none()
 # at all, the network (aiohttp, OSError), a rate limit longer than it will wait (RateLimited, a DiscordException) or
 # the client closed meanwhile (its HTTP session: RuntimeError).
 _FAILURES = (discord.DiscordException, aiohttp.ClientError, OSError, RuntimeError)
+DISCORD_FAILURES = _FAILURES
+# How a persona says one of its own emojis: by name, between colons.
+_EMOJI_BY_NAME = re.compile(r":[A-Za-z0-9_]{2,32}:")
 # How many of its latest posts an account remembers what it had seen when it sent them.
 _POSTS_REMEMBERED = 256
 # How long a post Discord refused (403) keeps a persona quiet in a channel whose permissions seem to allow it.
@@ -57,6 +61,14 @@ class DiscordPlatform(Platform):
         # By post: self._said in its channel when the post was sent. A person's message with an id between the two
         # crossed the post on its way: it is before the post in the channel, but the persona could not have read it.
         self._seen_at_post: OrderedDict[str, int] = OrderedDict()
+        self._own_emojis: dict[str, discord.PartialEmoji] = {}  # the persona's own, by how it says them (":name:")
+
+    def use_emojis(self, emojis: Mapping[str, discord.PartialEmoji]) -> None:
+        """The persona's own emojis, uploaded (``bots.app_emojis``): it may react with them from now on."""
+        self._own_emojis = dict(emojis)
+
+    def emoji_nods(self) -> tuple[str, ...]:
+        return tuple(self._own_emojis)
 
     def _channel(self, channel_id: str) -> discord.PartialMessageable:
         return self._client.get_partial_messageable(int(channel_id))
@@ -157,8 +169,13 @@ class DiscordPlatform(Platform):
             await indicator.__aexit__(None, None, None)
 
     async def react(self, channel_id: str, platform_message_id: str, emoji: str) -> bool:
+        """A Unicode emoji as it is; one of the persona's own by name (``:name:``), if it has it here."""
+        reaction: str | discord.PartialEmoji = self._own_emojis.get(emoji.strip(), emoji)
+        if isinstance(reaction, str) and _EMOJI_BY_NAME.fullmatch(reaction.strip()):
+            _log.info("could not react in %s: %s is not one of its emojis here", channel_id, reaction)
+            return False
         try:
-            await self._channel(channel_id).get_partial_message(int(platform_message_id)).add_reaction(emoji)
+            await self._channel(channel_id).get_partial_message(int(platform_message_id)).add_reaction(reaction)
         except (ValueError, *_FAILURES) as error:
             _log.info("could not react in %s: %s", channel_id, error)
             return False

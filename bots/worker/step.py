@@ -469,8 +469,12 @@ def _in_order(state: WorkerState, seq: int, said_before: int, seen: int) -> bool
 
 
 def _react_to(state: WorkerState, tier: Tier, text: str, seat: Seat) -> str | None:
-    """The message a persona that nods with emoji reacts to instead of posting its nod."""
-    if tier is not Tier.AIZUCHI or not seat.persona.react_with_emoji or not is_emoji(text):
+    """The message a persona that nods with emoji reacts to instead of posting its nod: a Unicode emoji, or one of
+    its own by name (the platform posts it as text if it cannot react with it)."""
+    persona = seat.persona
+    if tier is not Tier.AIZUCHI or not persona.react_with_emoji:
+        return None
+    if not is_emoji(text) and text.strip() not in persona.emoji_nods:
         return None
     others = (m for m in reversed(state.window) if m.author_id != seat.persona.id)
     return next((m.platform_message_id for m in others if m.platform_message_id), None)

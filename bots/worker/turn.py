@@ -38,7 +38,9 @@ _log = logging.getLogger(__name__)
 def _request(runtime: PersonaRuntime, action: Decide) -> DecisionRequest:
     persona = runtime.persona
     status, shown, own_lines, memory = action.status, list(action.shown), list(action.own_lines), action.memory
-    rules = rules_prompt(persona, action.actions, action.lengths, status.topic, keeps_notes=True)
+    # Its own emojis, where it can react with them (Discord, once uploaded): a nod it may choose.
+    emoji = runtime.platform.emoji_nods() if persona.react_with_emoji else ()
+    rules = rules_prompt(persona, action.actions, action.lengths, status.topic, keeps_notes=True, emoji_nods=emoji)
     transcript = transcript_turn(persona, shown, status, own_lines, memory=memory, keeps_notes=True)
     images = prompt_images(shown, status.now, runtime.config, persona=persona.id)
     return DecisionRequest(
@@ -49,7 +51,9 @@ def _request(runtime: PersonaRuntime, action: Decide) -> DecisionRequest:
         time_left_s=action.time_left,
         allow_pass=action.allow_pass,
         memory_schema=MEMORY_SCHEMA,
-        scene=scene_of(persona, shown, status, own_lines, memory, images=[image.url for image in images]),
+        scene=scene_of(
+            persona, shown, status, own_lines, memory, emoji_nods=emoji, images=[image.url for image in images]
+        ),
     )
 
 

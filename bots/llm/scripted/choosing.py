@@ -37,6 +37,8 @@ __all__ = ("Line", "Said", "Voice", "join", "wide")
 # How often each move comes up before the mood adjustments below: mostly nods and remarks. A pass is rare:
 # the runtime only asks after it has decided to take a turn and claimed the tier, as a model would mostly
 # speak when asked at that point.
+# How often a plain nod is one of its own emojis, where it has them: often enough to be seen, not every time.
+_EMOJI_NOD_SHARE = 0.3
 _WEIGHTS: dict[str, float] = {"pass": 0.04, "aizuchi": 0.42, "remark": 0.34, "long": 0.12}
 # After each own move, how the next one's weights shift, so the persona does not do the same thing twice running.
 _AFTER: dict[str, dict[str, float]] = {
@@ -188,6 +190,11 @@ class Voice:
 
         # A short answer is a line, not a nod: not one just said by another.
         answers = bool(self._nod_answers(cue))
+        # Its own emojis are nods, never answers; a draw is made only when it has some, so a persona without them
+        # says what it always said.
+        emoji = [Line(nod) for nod in cue.emoji_nods if usable(Line(nod))]
+        if emoji and not answers and self._rng.random() < _EMOJI_NOD_SHARE:
+            return (self._rng.choice(emoji),)
         for pool in self._nod_pools(cue):
             lines = [
                 line for line in dict.fromkeys(pool) if usable(line) and not (answers and said.keys & set(_keys(line)))

@@ -42,6 +42,7 @@ class Cue:
     for_another: bool = False  # put to another persona, who has not answered: a nod, or the answer it did not give
     done: bool = False  # nothing is left to answer
     image: str | None = None  # a person showed one: the set that notices it ("photos" or "gifs")
+    emoji_nods: tuple[str, ...] = ()  # its own emojis it may nod with here (``:name:``)
 
 
 NOTHING = Cue()

@@ -205,7 +205,9 @@ class ScriptedProvider(ChatProvider):
         return self.voice.choose(actions, max_lengths, _said(scene), self._cue(scene))
 
     def _cue(self, scene: Scene | None) -> Cue:
-        return NOTHING if scene is None else read_scene(scene, self.language)
+        if scene is None:
+            return NOTHING
+        return replace(read_scene(scene, self.language), emoji_nods=scene.emoji_nods)
 
     def _look_up_or_decide(self, tools: dict[str, ToolSpec], request: CompletionRequest) -> Completion:
         """Asked a question, call the first lookup tool with it once; otherwise (or after that) decide."""

@@ -1,6 +1,6 @@
 """The fake's REST API (v10): the routes discord.py uses for messages, typing, reactions, application commands,
-interaction responses and followups, the lookups it makes at login, and those a setup check makes (the bot's
-guilds, a guild's roles, channels and members).
+application emojis, interaction responses and followups, the lookups it makes at login, and those a setup check
+makes (the bot's guilds, a guild's roles, channels and members).
 
 Every call is recorded before anything else happens; a ``fail_next`` rule answers in place of the route; a route
 the fake does not have is answered 404 with a message naming it, and shows up in ``FakeDiscord.unknown_requests``.
@@ -19,6 +19,7 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from .commands import validate_registration
+from .emojis import create_app_emoji, delete_app_emoji, list_app_emojis, usable_emoji
 from .model import ALL_PARSE, FakeBot, FakeChannel, FakeMessage, Perm, permissions_in, role_permissions
 from .records import ApiError, InteractionResult, PathPattern, RecordedRequest
 
@@ -455,7 +456,7 @@ async def add_own_reaction(call: Call) -> tuple[int, Any]:
     channel = _channel(call)
     _require(call, channel, Perm.READ_MESSAGE_HISTORY)
     message = _message(channel, call.params["message_id"])
-    emoji = _emoji(call.params["emoji"])
+    emoji = usable_emoji(call.fake, call.bot, call.params["emoji"])
     if not message.reactions.get(emoji):
         _require(call, channel, Perm.ADD_REACTIONS)  # adding to an existing reaction needs no ADD_REACTIONS
     call.fake._add_reaction(message, call.bot, emoji)
@@ -733,6 +734,9 @@ ROUTES: list[Route] = [
     Route("GET", "/guilds/{guild_id}/roles", get_guild_roles, "bot"),
     Route("GET", "/guilds/{guild_id}/members", get_guild_members, "bot"),
     Route("GET", "/guilds/{guild_id}/members/{user_id}", get_guild_member, "bot"),
+    Route("GET", "/applications/{application_id}/emojis", list_app_emojis, "bot"),
+    Route("POST", "/applications/{application_id}/emojis", create_app_emoji, "bot"),
+    Route("DELETE", "/applications/{application_id}/emojis/{emoji_id}", delete_app_emoji, "bot"),
     Route("GET", "/applications/{application_id}/commands", get_commands, "bot"),
     Route("PUT", "/applications/{application_id}/commands", put_commands, "bot"),
     Route("GET", "/applications/{application_id}/guilds/{guild_id}/commands", get_commands, "bot"),

@@ -58,6 +58,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
     from types import TracebackType
 
+    from .emojis import AppEmoji
+
 __all__ = ("FakeDiscord", "InvalidInvocation")
 
 FIXED_START = 1_785_000_000.0  # the same ordinary day as tests.support.clock.FakeClock
@@ -125,6 +127,7 @@ class FakeDiscord:
         self.bots: dict[str, FakeBot] = {}  # by token
         # Registered application commands: (application id, guild id or None for global) -> payloads.
         self.commands: dict[tuple[int, int | None], list[dict[str, Any]]] = {}
+        self.app_emojis: dict[int, list[AppEmoji]] = {}  # by application id, oldest first
         self.requests: list[RecordedRequest] = []
         self.gateway_log: list[GatewayOp] = []
         self.sessions: list[Session] = []
