@@ -17,6 +17,7 @@ from bots.mcp_host import open_tools
 from bots.persona import Persona, load_personas
 from bots.runtime import PersonaRuntime, personas_stream
 from bots.tool_loop import ToolLoopRuntime
+from bots.worker.config import RuntimeConfig
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Mapping
@@ -154,6 +155,11 @@ async def open_fleet(
                     rng=random.Random(),
                     tools=tools,
                     follower=fleet.stream,
+                    config=RuntimeConfig(
+                        image_messages=settings.image_messages,
+                        images_per_prompt=settings.images_per_prompt,
+                        image_bytes_per_prompt=settings.image_bytes_per_prompt,
+                    ),
                 )
                 fleet.runtimes[persona.id] = runtime
                 _log.info("persona %s (%s) runs on profile %s", persona.id, persona.display_name, profile.name)

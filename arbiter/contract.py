@@ -349,6 +349,23 @@ class ReleaseRequest(_In):
     memory: MemoryUpdate | None = Field(None, description="the persona's dialogue state, stored with the release")
 
 
+# Patterned: no NUL (see NoNul), and an address a model provider can fetch.
+ImageUrl = Annotated[str, StringConstraints(max_length=2048, pattern=r"^https?://[^\u0000]+$")]
+_Count = Annotated[StrictInt, Field(ge=0, le=2**31), BeforeValidator(_whole_number)]
+ImageType = Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
+
+
+class ObservedImage(_In):
+    """An image shown with a message, as a reference (see ``arbiter.core.images``)."""
+
+    url: ImageUrl
+    content_type: ImageType = Field(description="a media type both model providers take")
+    size: _Count | None = Field(None, description="bytes, when known")
+    width: _Count | None = None
+    height: _Count | None = None
+    expires_at: StrictFloat | StrictInt | None = Field(None, description="Unix time the url stops answering")
+
+
 class ObservedMessage(_In):
     """A message seen on the platform (a human's, or another bot's). Idempotent by platform_message_id."""
 
@@ -358,6 +375,9 @@ class ObservedMessage(_In):
     text: Text
     platform_message_id: PlatformId | None = None
     mentions: list[Id] = Field(default_factory=list, max_length=50, description="persona ids @mentioned")
+    images: list[ObservedImage] = Field(
+        default_factory=list, max_length=10, description="images shown with it (kept within the arbiter's bounds)"
+    )
 
 
 class LinkRequest(_In):
@@ -464,6 +484,18 @@ class PersonaPolicyPatch(_In):
 # --- responses ------------------------------------------------------------------------------------------
 
 
+class ImageView(_Out):
+    """An image shown with a message: a reference, never the bytes. ``expires_at``: when the url stops answering
+    (Discord's signed attachment addresses expire); a persona skips an image past it."""
+
+    url: str
+    content_type: str
+    size: int | None = None
+    width: int | None = None
+    height: int | None = None
+    expires_at: float | None = None
+
+
 class MessageView(_Out):
     seq: int
     author_id: str
@@ -475,6 +507,7 @@ class MessageView(_Out):
     cost: int = 0
     platform_message_id: str | None = None
     addressed: list[str] = Field(default_factory=list)
+    images: list[ImageView] = Field(default_factory=list)
 
 
 class ClaimView(_Out):

@@ -10,6 +10,7 @@ from arbiter import contract as wire
 from arbiter.core import rules
 from arbiter.core.addressing import addressed_personas
 from arbiter.core.errors import NotFound
+from arbiter.core.images import ImageRef, bounded
 from arbiter.core.models import AuthorKind, ChannelState, Message
 from arbiter.core.rules import Author
 from arbiter.service_core import ServiceCore, platform_place
@@ -51,13 +52,16 @@ class PlatformIntake(ServiceCore):
         platform_message_id: str | None = None,
         mentions: Sequence[str] = (),
         at: float | None = None,
+        images: Sequence[ImageRef] = (),
     ) -> wire.ObserveResult:
         """Record a message seen on the platform. Humans never pay; the same platform id is recorded once.
 
         ``at``: when it was said, for a message recorded late (read back from the platform after a restart);
         by default, now. It is kept within bounds: never after now, never before the channel's newest message
         (the history's times follow its order). See ``rules.observe`` for what a late message still does.
+        ``images``: shown with it; the history keeps those within the arbiter's bounds (``ImageBounds``).
         """
+        kept = bounded(images, self.image_bounds) if author_kind is not AuthorKind.PERSONA else ()
 
         def step(tx: StepTx, state: ChannelState) -> wire.ObserveResult:
             if platform_message_id is not None:
@@ -79,7 +83,14 @@ class PlatformIntake(ServiceCore):
             now = tx.now()
             said = None if at is None else max(at, self._newest_time(tx, state))
             transition = rules.observe(
-                state, author, text, now, platform_message_id=platform_message_id, addressed=addressed, at=said
+                state,
+                author,
+                text,
+                now,
+                platform_message_id=platform_message_id,
+                addressed=addressed,
+                at=said,
+                images=kept,
             )
             self._commit(tx, state, transition)
             assert isinstance(transition.outcome, Message)

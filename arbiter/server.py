@@ -16,6 +16,7 @@ from aiohttp import web
 from arbiter.api.app import build_app, package_version
 from arbiter.api.auth import TokenAuth
 from arbiter.api.errors import unquoted_bad_requests
+from arbiter.core.images import ImageBounds
 from arbiter.events import EventHub
 from arbiter.mcp.kept import KeptSessions, SessionLimits
 from arbiter.mcp.route import McpEndpoint, add_mcp_routes
@@ -103,6 +104,7 @@ async def open_arbiter(
             agents=agents,
             # Other processes on the database hear every event through the relay; alone, only what is watched.
             wants_events=None if storage.relay is not None else hub.watching,
+            image_bounds=ImageBounds(settings.images_per_message, settings.image_max_bytes),
         )
         await service.load_personas()
         hub.add_listener(service.registry.on_event)

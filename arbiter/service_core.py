@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from arbiter.core import rules
 from arbiter.core.errors import NotFound
+from arbiter.core.images import ImageBounds
 from arbiter.core.models import ChannelSettings
 from arbiter.core.validation import validate_settings
 from arbiter.registry import PersonaRegistry
@@ -52,6 +53,7 @@ class ServiceCore:
         agents: Collection[str] = (),
         default_settings: ChannelSettings | None = None,
         wants_events: Callable[[str], bool] | None = None,
+        image_bounds: ImageBounds | None = None,
     ) -> None:
         """``wants_events(channel_id)``: whether anyone will hear that channel's events; building them is skipped
         when no one will (the common case on one SQLite process with no open streams). None: always build them
@@ -64,6 +66,7 @@ class ServiceCore:
         self._wants_events = wants_events
         self.registry = PersonaRegistry(personas, agents)
         self._defaults = default_settings or ChannelSettings()
+        self.image_bounds = image_bounds or ImageBounds()
         validate_settings(self._defaults)
 
     def now(self) -> float:

@@ -105,6 +105,15 @@ class ArbiterSettings(BaseSettings):
     mcp_session_idle_s: float = Field(
         300, ge=10, le=86_400, description="seconds an MCP session's subscriptions outlive its last sign of use"
     )
+    images_per_message: int = Field(
+        4, ge=0, le=10, description="images of one message the history keeps (attachments, then embeds); 0 = none"
+    )
+    image_max_bytes: int = Field(
+        5 * 1024 * 1024,
+        ge=1,
+        le=20 * 1024 * 1024,
+        description="the largest image the history keeps, in bytes (Anthropic's API takes up to 5 MB an image)",
+    )
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
     discord_token: SecretStr | None = Field(None, description="the arbiter bot's Discord token; unset = no Discord")
     moderator_role: str | None = Field(

@@ -17,6 +17,7 @@ from arbiter.core.models import SETTINGS
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from arbiter.core.images import ImageRef
     from arbiter.core.models import ChannelSettings, ChannelState, Memory, Message, PersonaInfo, Spend
     from arbiter.core.rules import Outcome, Transition
 
@@ -48,6 +49,18 @@ def message_view(message: Message) -> wire.MessageView:
         cost=message.cost,
         platform_message_id=message.platform_message_id,
         addressed=list(message.addressed),
+        images=[image_view(image) for image in message.images],
+    )
+
+
+def image_view(image: ImageRef) -> wire.ImageView:
+    return wire.ImageView(
+        url=image.url,
+        content_type=image.content_type,
+        size=image.size,
+        width=image.width,
+        height=image.height,
+        expires_at=image.expires_at,
     )
 
 

@@ -10,7 +10,7 @@ from arbiter.contract import AuthorKind, Tier
 from bots.llm.scene import Role, Scene, SceneLine
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Collection, Sequence
 
     from arbiter.contract import MemoryUpdate, MessageView, StatusView
     from bots.persona import Persona
@@ -36,13 +36,15 @@ def scene_of(
     memory: MemoryUpdate | None = None,
     *,
     emoji_nods: Sequence[str] = (),
+    images: Collection[str] = (),
 ) -> Scene:
     """What ``persona`` is shown of ``window`` (oldest first), with its own ``own_lines`` not among it; and
-    ``emoji_nods``, its own emojis it may nod with here."""
+    ``emoji_nods``, its own emojis it may nod with here. ``images``: the addresses of the images the model is
+    given (``bots.images.prompt_images``)."""
     shown = {message.text for message in window}
     return Scene(
         names=(persona.display_name, *persona.aliases),
-        lines=tuple(_line(message, persona) for message in window),
+        lines=tuple(_line(message, persona, frozenset(images)) for message in window),
         asked=asking_index(persona, window, status),
         earlier_own=tuple(line for line in own_lines if line not in shown),
         topic=status.topic,
@@ -51,7 +53,7 @@ def scene_of(
     )
 
 
-def _line(message: MessageView, persona: Persona) -> SceneLine:
+def _line(message: MessageView, persona: Persona, images: frozenset[str]) -> SceneLine:
     mine = message.author_id == persona.id
     return SceneLine(
         speaker=message.author_name,
@@ -60,4 +62,5 @@ def _line(message: MessageView, persona: Persona) -> SceneLine:
         to_you=persona.id in message.addressed,
         to_others=bool(message.addressed) and persona.id not in message.addressed,
         nod=message.tier is Tier.AIZUCHI,
+        images=tuple(image.content_type for image in message.images if image.url in images),
     )

@@ -54,6 +54,13 @@ class BotsSettings(BaseSettings):
         validation_alias=AliasChoices("AIZUCHI_PERSONA_TOKENS", "ARBITER_PERSONA_TOKENS"),
         description="the personas' bearer tokens for the arbiter (the same variable the arbiter reads)",
     )
+    image_messages: int = Field(
+        3, ge=0, le=24, description="images are shown to a model from this many of the latest messages only; 0 = none"
+    )
+    images_per_prompt: int = Field(4, ge=0, le=20, description="the most images one prompt shows, the newest")
+    image_bytes_per_prompt: int = Field(
+        20 * 1024 * 1024, ge=0, le=50 * 1024 * 1024, description="the most bytes of images one prompt shows"
+    )
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
     check_keys: bool = Field(
         True,

@@ -19,6 +19,7 @@ from arbiter import contract as wire
 from arbiter.api.auth import TokenAuth
 from arbiter.api.errors import validation_error
 from arbiter.core.errors import InvalidRequest
+from arbiter.core.images import ImageRef
 from arbiter.core.limits import ID_PATTERN, MAX_SEQ
 from arbiter.service import ArbiterService
 
@@ -227,6 +228,7 @@ async def _observe(call: Call) -> BaseModel:
         text=body.text,
         platform_message_id=body.platform_message_id,
         mentions=body.mentions,
+        images=[ImageRef(**image.model_dump()) for image in body.images],
     )
 
 

@@ -17,6 +17,8 @@ from arbiter.core.limits import MAX_TOPIC_LENGTH, Bound
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from arbiter.core.images import ImageRef
+
 __all__ = (
     "DEFAULT_TIERS",
     "RECENT_SUBSTANTIVE",
@@ -204,6 +206,7 @@ class Message:
     addressed: tuple[str, ...] = ()
     deleted: bool = False  # removed on the platform
     edited_at: float | None = None
+    images: tuple[ImageRef, ...] = ()  # shown with it (a human's or another bot's), as references
 
     @property
     def visible(self) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from arbiter.core import ledger
 from arbiter.core.errors import ConflictError, InvalidRequest, NotFound, PermissionDenied
@@ -24,6 +24,9 @@ from arbiter.core.models import (
     Tier,
 )
 from arbiter.core.text import display_length
+
+if TYPE_CHECKING:
+    from arbiter.core.images import ImageRef
 
 __all__ = (
     "Author",
@@ -620,6 +623,7 @@ def observe(
     platform_message_id: str | None = None,
     addressed: tuple[str, ...] = (),
     at: float | None = None,
+    images: tuple[ImageRef, ...] = (),
 ) -> Transition:
     """Record a message that cost nothing: a human's, or another bot's. Humans never pay.
 
@@ -641,6 +645,7 @@ def observe(
         created_at=said,
         platform_message_id=platform_message_id,
         addressed=addressed if author.kind is AuthorKind.HUMAN else (),
+        images=images,
     )
     fields = _after_message(state, message)
     if author.kind is AuthorKind.HUMAN:

@@ -10,13 +10,16 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import mimetypes
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import discord
 
 from arbiter.contract import DISCORD_SPEECH_TYPES
 from arbiter.core.errors import ArbiterError, NotFound
+from arbiter.core.images import ImageRef, signed_expiry
 from arbiter.core.limits import MAX_TEXT_LENGTH
 from arbiter.core.models import AuthorKind
 from arbiter.discord_bot.commands import ModeratorCommands, ModeratorTree
@@ -184,6 +187,7 @@ class ArbiterBot(discord.AutoShardedClient):
             platform_message_id=str(message.id),
             mentions=[persona_id for persona_id in mentioned if persona_id is not None],
             at=at,
+            images=_images(message),
         )
         return result.created
 
@@ -351,3 +355,35 @@ def _text(message: discord.Message) -> str:
     if not text:
         text = "[an embed or a sticker]"
     return text[:MAX_TEXT_LENGTH]
+
+
+def _images(message: discord.Message) -> list[ImageRef]:
+    """The images shown with the message, as references: its image attachments, then its embeds' images (a
+    link to a picture unfurls into an embed of type "image", whose picture is its thumbnail). The intake keeps
+    those the models can take, within its bounds (``arbiter.core.images.bounded``)."""
+    found = [
+        ImageRef(
+            url=attachment.url,
+            content_type=(attachment.content_type or "").split(";")[0].strip().lower(),
+            size=attachment.size,
+            width=attachment.width,
+            height=attachment.height,
+            expires_at=signed_expiry(attachment.url),
+        )
+        for attachment in message.attachments
+    ]
+    for embed in message.embeds:
+        pictures = [embed.image, embed.thumbnail] if embed.type == "image" else [embed.image]
+        for picture in pictures:
+            if picture.url is not None:
+                guessed, _ = mimetypes.guess_type(urlsplit(picture.url).path)
+                found.append(
+                    ImageRef(
+                        url=picture.url,
+                        content_type=guessed or "",
+                        width=picture.width,
+                        height=picture.height,
+                        expires_at=signed_expiry(picture.url),
+                    )
+                )
+    return found

@@ -77,12 +77,12 @@ WITH saved AS (
 ), new_messages AS (
     INSERT INTO messages (
         channel_id, seq, author_id, author_kind, author_name, text, created_at, tier, cost, platform_message_id,
-        spend_id, retracted, addressed, deleted, edited_at
+        spend_id, retracted, addressed, deleted, edited_at, images
     )
     SELECT * FROM json_to_recordset($4::json) AS u(
         channel_id varchar, seq bigint, author_id varchar, author_kind varchar, author_name varchar, text text,
         created_at float8, tier varchar, cost int, platform_message_id varchar, spend_id varchar, retracted boolean,
-        addressed json, deleted boolean, edited_at float8
+        addressed json, deleted boolean, edited_at float8, images json
     )
 ), changed_messages AS (
     UPDATE messages AS m SET

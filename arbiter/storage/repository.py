@@ -34,6 +34,7 @@ from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from arbiter.core.images import ImageRef
 from arbiter.core.ledger import split
 from arbiter.core.models import (
     SETTINGS,
@@ -296,7 +297,7 @@ _MESSAGE_FIELDS = itemgetter(
         [column.name for column in messages.columns].index(name)
         for name in (
             "channel_id", "seq", "author_id", "author_kind", "author_name", "text", "created_at", "tier", "cost",
-            "platform_message_id", "spend_id", "retracted", "addressed", "deleted", "edited_at",
+            "platform_message_id", "spend_id", "retracted", "addressed", "deleted", "edited_at", "images",
         )
     )
 )  # fmt: skip
@@ -307,7 +308,7 @@ def _message_from(row: Sequence[Any]) -> Message:
     text and booleans as integers)."""
     (
         channel_id, seq, author_id, author_kind, author_name, text, created_at, tier, cost,
-        platform_message_id, spend_id, retracted, addressed, deleted, edited_at,
+        platform_message_id, spend_id, retracted, addressed, deleted, edited_at, images,
     ) = _MESSAGE_FIELDS(row)  # fmt: skip
     return Message(
         channel_id=channel_id,
@@ -325,6 +326,7 @@ def _message_from(row: Sequence[Any]) -> Message:
         addressed=tuple(json.loads(addressed) if isinstance(addressed, str) else addressed),
         deleted=bool(deleted),
         edited_at=edited_at,
+        images=tuple(ImageRef(**image) for image in (json.loads(images) if isinstance(images, str) else images) or ()),
     )
 
 
@@ -345,6 +347,7 @@ def message_columns(message: Message) -> dict[str, Any]:
         "addressed": list(message.addressed),
         "deleted": message.deleted,
         "edited_at": message.edited_at,
+        "images": [asdict(image) for image in message.images] or None,
     }
 
 

@@ -110,6 +110,7 @@ class MessageRow(Base):
     addressed: Mapped[list[Any]]
     deleted: Mapped[bool] = mapped_column(server_default=false())
     edited_at: Mapped[float | None]
+    images: Mapped[list[Any] | None]  # references (arbiter.core.images.ImageRef); null: none
 
 
 class UsageRow(Base):

@@ -116,7 +116,7 @@ class AnthropicChat(ChatProvider):
         params: dict[str, Any] = {
             "model": self.profile.model,
             "max_tokens": max_tokens or self.profile.max_tokens,
-            "messages": _messages(turns),
+            "messages": _messages(turns, images=self.profile.images),
         }
         if system:
             params["system"] = system
@@ -169,7 +169,8 @@ def _tool_choice(choice: str) -> dict[str, str]:
     return {"type": "tool", "name": choice}
 
 
-def _messages(turns: tuple[Turn, ...]) -> list[dict[str, Any]]:
+def _messages(turns: tuple[Turn, ...], *, images: bool) -> list[dict[str, Any]]:
+    """``images``: whether the model takes images (the profile's ``images``); without, a turn's are left out."""
     messages: list[dict[str, Any]] = []
     for turn in turns:
         blocks: list[dict[str, Any]] = [
@@ -181,6 +182,8 @@ def _messages(turns: tuple[Turn, ...]) -> list[dict[str, Any]]:
             }
             for result in turn.tool_results
         ]
+        if images:  # before the text, as Anthropic's vision guide advises
+            blocks.extend({"type": "image", "source": {"type": "url", "url": image.url}} for image in turn.images)
         if turn.text:
             blocks.append({"type": "text", "text": turn.text})
         blocks.extend(

@@ -48,6 +48,7 @@ __all__ = (
     "Decision",
     "DecisionRequest",
     "DecisionResult",
+    "ImageInput",
     "LLMAuthError",
     "LLMBadOutput",
     "LLMBadRequest",
@@ -143,13 +144,26 @@ class ToolResult:
 
 
 @dataclass(frozen=True, slots=True)
+class ImageInput:
+    """An image the model is shown, by address (the provider fetches it): a person's attachment, say. ``width``
+    and ``height`` (pixels, when known) are for estimating what it costs."""
+
+    url: str
+    media_type: str
+    width: int | None = None
+    height: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Turn:
-    """One conversation turn. An assistant turn may carry tool calls; the next user turn carries their results."""
+    """One conversation turn. An assistant turn may carry tool calls; the next user turn carries their results,
+    and a user turn may show images (``images``: sent before its text, as both providers advise)."""
 
     role: Literal["user", "assistant"]
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     tool_results: tuple[ToolResult, ...] = ()
+    images: tuple[ImageInput, ...] = ()
 
     def __post_init__(self) -> None:
         if self.role not in ("user", "assistant"):
@@ -158,6 +172,8 @@ class Turn:
             raise ValueError("only an assistant turn carries tool calls")
         if self.role == "assistant" and self.tool_results:
             raise ValueError("only a user turn carries tool results")
+        if self.role == "assistant" and self.images:
+            raise ValueError("only a user turn shows images")
 
 
 @dataclass(frozen=True, slots=True)

@@ -119,7 +119,7 @@ class OpenAIChat(ChatProvider):
 
     def _params(self, system: str, turns: tuple[Turn, ...], max_tokens: int | None) -> dict[str, Any]:
         messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
-        messages.extend(_messages(turns))
+        messages.extend(_messages(turns, images=self.profile.images))
         params: dict[str, Any] = {
             "model": self.profile.model,
             "messages": messages,
@@ -168,7 +168,8 @@ def _tool_choice(choice: str) -> str | dict[str, Any]:
     return {"type": "function", "function": {"name": choice}}
 
 
-def _messages(turns: tuple[Turn, ...]) -> list[dict[str, Any]]:
+def _messages(turns: tuple[Turn, ...], *, images: bool) -> list[dict[str, Any]]:
+    """``images``: whether the model takes images (the profile's ``images``); without, a turn's are left out."""
     messages: list[dict[str, Any]] = []
     for turn in turns:
         if turn.role == "assistant":
@@ -194,7 +195,16 @@ def _messages(turns: tuple[Turn, ...]) -> list[dict[str, Any]]:
             }
             for result in turn.tool_results
         )
-        if turn.text:
+        shown = turn.images if images else ()
+        if shown:
+            # Detail "auto" (the API's default); bots.images estimates its cost as "high", the most it may be.
+            parts: list[dict[str, Any]] = [
+                {"type": "image_url", "image_url": {"url": image.url, "detail": "auto"}} for image in shown
+            ]
+            if turn.text:
+                parts.append({"type": "text", "text": turn.text})
+            messages.append({"role": "user", "content": parts})
+        elif turn.text:
             messages.append({"role": "user", "content": turn.text})
     return messages
 

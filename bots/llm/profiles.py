@@ -102,6 +102,11 @@ class ProviderProfile(BaseModel):
     )
     extra_body: dict[str, Any] = Field(default_factory=dict, description="sent as is in every request body")
     latency_s: float = Field(0.0, ge=0, le=60, description="scripted: a pause per call, for demos")
+    images: bool = Field(
+        False,
+        description="whether the model takes images: the conversation's latest images are then sent with the prompt"
+        " (on for the built-in anthropic, openai and scripted profiles)",
+    )
 
     @model_validator(mode="after")
     def _provider_needs(self) -> ProviderProfile:
@@ -120,13 +125,14 @@ class ProviderProfile(BaseModel):
 
 
 BUILTIN_PROFILES: dict[str, ProviderProfile] = {
-    "scripted": ProviderProfile(name="scripted", provider="scripted"),
+    "scripted": ProviderProfile(name="scripted", provider="scripted", images=True),
     # The cheapest, fastest current model of each family (checked against the providers' model pages).
     "anthropic": ProviderProfile(
         name="anthropic",
         provider="anthropic",
         model="claude-haiku-5-5",
         api_key_env="ANTHROPIC_API_KEY",
+        images=True,
     ),
     "openai": ProviderProfile(
         name="openai",
@@ -135,6 +141,7 @@ BUILTIN_PROFILES: dict[str, ProviderProfile] = {
         api_key_env="OPENAI_API_KEY",
         # Chat Completions takes function tools on this model only without reasoning; short lines need none.
         extra_body={"reasoning_effort": "none"},
+        images=True,
     ),
     # Ollama on this machine: `ollama pull gemma4`, and it is served at once (the app, or `ollama serve`). No key:
     # Ollama ignores the one the SDK insists on (NO_KEY is sent). What its OpenAI compatibility does with each field

@@ -32,6 +32,7 @@ class SceneLine:
     to_you: bool = False
     to_others: bool = False
     nod: bool = False
+    images: tuple[str, ...] = ()  # the media types of the images shown with it that the model is given
 
 
 @dataclass(frozen=True, slots=True)

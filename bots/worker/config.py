@@ -33,3 +33,8 @@ class RuntimeConfig:
     # The longest a persona waits, before it claims and before it speaks, for the arbiter to record what a person said
     # that the persona's own account has seen on the platform (the arbiter's bot may hear it later).
     hear_wait_s: float = 2.0
+    # Images the model is shown (a profile with images on): those of the last ``image_messages`` messages only, at
+    # most ``images_per_prompt`` of them, newest first, and ``image_bytes_per_prompt`` bytes in all.
+    image_messages: int = 3
+    images_per_prompt: int = 4
+    image_bytes_per_prompt: int = 20 * 1024 * 1024

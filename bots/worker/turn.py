@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
 from arbiter import contract as wire
 from arbiter.contract import Tier
 from bots.errors import BotError, PostFailed
+from bots.images import prompt_images
 from bots.llm.base import DecisionRequest, LLMAuthError, LLMBadOutput, LLMError, LLMTimeout
 from bots.llm.tool_rounds import decide_with_tools
 from bots.memory import MEMORY_SCHEMA
@@ -39,15 +41,19 @@ def _request(runtime: PersonaRuntime, action: Decide) -> DecisionRequest:
     # Its own emojis, where it can react with them (Discord, once uploaded): a nod it may choose.
     emoji = runtime.platform.emoji_nods() if persona.react_with_emoji else ()
     rules = rules_prompt(persona, action.actions, action.lengths, status.topic, keeps_notes=True, emoji_nods=emoji)
+    transcript = transcript_turn(persona, shown, status, own_lines, memory=memory, keeps_notes=True)
+    images = prompt_images(shown, status.now, runtime.config, persona=persona.id)
     return DecisionRequest(
         system=persona_prompt(persona) + "\n\n" + rules,
-        turns=(transcript_turn(persona, shown, status, own_lines, memory=memory, keeps_notes=True),),
+        turns=(dataclasses.replace(transcript, images=images),),
         actions=action.actions,  # type: ignore[arg-type]
         max_lengths=action.lengths,
         time_left_s=action.time_left,
         allow_pass=action.allow_pass,
         memory_schema=MEMORY_SCHEMA,
-        scene=scene_of(persona, shown, status, own_lines, memory, emoji_nods=emoji),
+        scene=scene_of(
+            persona, shown, status, own_lines, memory, emoji_nods=emoji, images=[image.url for image in images]
+        ),
     )
 
 

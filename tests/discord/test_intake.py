@@ -296,3 +296,50 @@ async def test_direct_messages_are_not_recorded(arbiter: Arbiter, world: World, 
     assert client.contents() == ["psst"]
     assert [c.channel_id for c in (await arbiter.service.channels()).channels] == [lounge]
     assert [m.text for m in await history(arbiter, lounge)] == ["(anyone here?)"]
+
+
+# --- images ------------------------------------------------------------------------------------------------
+
+
+async def test_an_image_attachments_reference_reaches_the_history(arbiter: Arbiter, world: World, lounge: str) -> None:
+    photo = world.fake.image_attachment("cat.png", size=48_213, width=800, height=600, expires_in_s=86_400)
+    notes = {**world.fake.image_attachment("notes.txt"), "content_type": "text/plain; charset=utf-8"}
+    linked = {
+        "type": "image",
+        "url": "https://example.org/dog.webp",
+        "thumbnail": {"url": "https://example.org/dog.webp", "width": 640, "height": 480},
+    }
+    said = await world.fake.human_says(world.lounge, world.member, "look", attachments=[photo, notes], embeds=[linked])
+
+    [message] = await recorded(arbiter, lounge, 1)
+
+    assert message.platform_message_id == str(said.id)
+    assert message.text == "look [attached: cat.png, notes.txt]"
+    first, second = message.images
+    assert (first.url, first.content_type, first.size, first.width, first.height) == (
+        photo["url"],
+        "image/png",
+        48_213,
+        800,
+        600,
+    )
+    assert first.expires_at == pytest.approx(said.created_at + 86_400, abs=1)
+    assert (second.url, second.content_type, second.size, second.width, second.expires_at) == (
+        "https://example.org/dog.webp",
+        "image/webp",
+        None,
+        640,
+        None,
+    )
+
+
+async def test_images_over_the_bounds_are_not_kept(arbiter: Arbiter, world: World, lounge: str) -> None:
+    bounds = arbiter.service.image_bounds
+    big = world.fake.image_attachment("huge.jpg", content_type="image/jpeg", size=bounds.max_bytes + 1)
+    svg = world.fake.image_attachment("icon.svg", content_type="image/svg+xml")
+    many = [world.fake.image_attachment(f"p{n}.gif", content_type="image/gif") for n in range(bounds.per_message + 2)]
+    await world.fake.human_says(world.lounge, world.member, "", attachments=[big, svg, *many])
+
+    [message] = await recorded(arbiter, lounge, 1)
+
+    assert [image.url for image in message.images] == [m["url"] for m in many[: bounds.per_message]]

@@ -16,6 +16,9 @@ It refuses what the real APIs refuse, so a test cannot pass on a request product
 the API's own error format, with ``x-should-retry: false``, recorded in ``refusals`` (and in ``requests``),
 consuming no scripted reply. The rules, and where each comes from:
 
+Images (image blocks and parts: their kinds, sources, roles and counts, and what they are charged) follow the
+rules in ``tests.support.llm_images``.
+
 Anthropic Messages (every model name; per model where the documentation says so, see ``CLAUDE_MODELS``):
 
 - ``model``, ``max_tokens`` and ``messages`` are required ("max_tokens: Field required"); a top-level field the
@@ -126,6 +129,7 @@ from anthropic.types.message_create_params import MessageCreateParamsNonStreamin
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
 
 from bots.llm.profiles import BUILTIN_PROFILES, ProviderProfile
+from tests.support.llm_images import ImageRefused, claude_images, gpt_images, image_charge
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
@@ -711,8 +715,11 @@ class FakeLLMServer:
             return refused
         try:
             _check_anthropic(body)
+            images = claude_images(body["messages"])
         except _Refused as refused:
             return self._refuse("anthropic", refused)
+        except ImageRefused as refused:
+            return self._refuse("anthropic", _Refused(refused.message))
         reply = await self._next()
         if reply is None:
             return _unscripted("anthropic")
@@ -732,7 +739,10 @@ class FakeLLMServer:
             "content": content,
             "stop_reason": reply.stop_reason or ("tool_use" if reply.calls else "end_turn"),
             "stop_sequence": None,
-            "usage": {"input_tokens": reply.usage[0], "output_tokens": reply.usage[1]},
+            "usage": {
+                "input_tokens": reply.usage[0] + image_charge("anthropic", images),
+                "output_tokens": reply.usage[1],
+            },
         }
         return web.json_response(message)
 
@@ -773,8 +783,11 @@ class FakeLLMServer:
                 self.ignored.extend(_check_ollama(body, self.ollama))
             else:
                 _check_openai(body, lenient=self.lenient)
+            images = gpt_images(body.get("messages") if isinstance(body, dict) else None)
         except _Refused as refused:
             return self._refuse("openai", refused)
+        except ImageRefused as refused:
+            return self._refuse("openai", _Refused(refused.message, param=refused.param))
         reply = await self._next()
         if reply is None:
             return _unscripted("openai")
@@ -800,6 +813,7 @@ class FakeLLMServer:
             for index, call in enumerate(message.get("tool_calls", [])):
                 call["index"] = index
         prompt, completion = reply.usage
+        prompt += image_charge("openai", images)
         answer: dict[str, Any] = {
             "id": self._id("chatcmpl"),
             "object": "chat.completion",

@@ -216,6 +216,8 @@ class Voice:
             return ()
         if cue.result is not None:
             return ("numbers",)
+        if cue.image is not None:
+            return (cue.image,)  # a picture shown is noticed before what its words say
         if cue.kind in _KIND_SETS:
             return (_KIND_SETS[cue.kind],)
         if cue.kind is Kind.QUESTION:

@@ -41,6 +41,7 @@ class Cue:
     aside: bool = False  # between others: a nod at most
     for_another: bool = False  # put to another persona, who has not answered: a nod, or the answer it did not give
     done: bool = False  # nothing is left to answer
+    image: str | None = None  # a person showed one: the set that notices it ("photos" or "gifs")
     emoji_nods: tuple[str, ...] = ()  # its own emojis it may nod with here (``:name:``)
 
 
@@ -85,7 +86,15 @@ def cue_of(line: SceneLine, names: Iterable[str], language: Language) -> Cue:
         # Only a person's words: personas building on each other's words would run an echo chain.
         word=content_word(line.text, (*names, line.speaker), language) if line.role == "person" else None,
         result=result,
+        image=_image_set(line) if line.role == "person" else None,
     )
+
+
+def _image_set(line: SceneLine) -> str | None:
+    """What a person's images are, by kind: GIFs only, or a photo (any other kind the models take)."""
+    if not line.images:
+        return None
+    return "gifs" if all(kind == "image/gif" for kind in line.images) else "photos"
 
 
 def _latest(lines: tuple[SceneLine, ...], wanted: Callable[[SceneLine], bool]) -> int | None:

@@ -26,6 +26,8 @@ class Lines:
     questions: tuple[str, ...] = ()
     echoes: tuple[str, ...] = ()
     numbers: tuple[str, ...] = ()  # answers to arithmetic: {n} is the result
+    photos: tuple[str, ...] = ()  # to a person's photo (JPEG, PNG, WebP) the model is shown
+    gifs: tuple[str, ...] = ()  # to a person's GIF
 
 
 DEFAULT_AIZUCHI: tuple[str, ...] = (
@@ -108,6 +110,8 @@ GENERIC: dict[str, Lines] = {
             "{word}, huh. I didn't see that coming.",
         ),
         numbers=("{n}.", "That's {n}.", "It's {n}.", "{n}, if I counted right.", "{n}, I think.", "Easy one: {n}."),
+        photos=("A photo!", "Oh, a photo! Nice one, {name}.", "What a picture!", "Ooh, a photo."),
+        gifs=("Ha, a GIF!", "That GIF!", "Oh, it moves!"),
     ),
     "ja": Lines(
         aizuchi=(
@@ -181,5 +185,7 @@ GENERIC: dict[str, Lines] = {
             "{word}って、どんな感じ?",
         ),
         numbers=("{n}です。", "{n}だよ。", "答えは{n}。", "{n}、かな。", "{n}ですね。", "えっと、{n}!"),
+        photos=("写真だ!", "{name}さん、いい写真ですね!", "おっ、写真!", "写真、見ました!"),
+        gifs=("GIFだ!", "そのGIF、いいですね!", "動いてる!"),
     ),
 }

@@ -390,6 +390,7 @@ async def test_speak_in_the_claimed_tier(api: Api, clock: FakeClock) -> None:
         "cost": 60,
         "platform_message_id": None,
         "addressed": [],
+        "images": [],
     }
     assert (await api.history())["messages"] == [message]
     assert (await api.status("hana"))["claim"] is None

@@ -18,6 +18,7 @@ import pytest
 from arbiter import contract as wire
 from arbiter.core import rules
 from arbiter.core.errors import ConflictError
+from arbiter.core.images import ImageRef
 from arbiter.core.models import AuthorKind, ChannelSettings, ChannelState, Memory, PersonaInfo, SpendState, Tier
 from arbiter.core.rules import Author
 from arbiter.storage.database import Database
@@ -286,6 +287,25 @@ async def test_a_step_reads_messages_by_seq_and_platform_id_and_what_a_persona_s
         )
 
     assert await port.run(look, LOBBY) == (("rin", "s1"), 1, None, ["hello"], ["hi rin", "hello"])
+
+
+async def test_the_images_shown_with_a_message_are_read_back_as_they_were_said(port: Port) -> None:
+    await made(port, LOBBY)
+    photo = ImageRef("https://cdn.example/a.png?ex=6a1b2c3d", "image/png", 48_213, 800, 600, 1_780_000_000.0)
+    linked = ImageRef("https://example.org/dog.webp", "image/webp")
+
+    def show(tx: StepTx) -> tuple[ImageRef, ...]:
+        state = state_of(tx, LOBBY)
+        tx.apply(rules.observe(state, ANN, "look", tx.now(), platform_message_id="301", images=(photo, linked)))
+        found = tx.message_by_platform_id(LOBBY, "301")
+        assert found is not None
+        return found.images
+
+    assert await port.run(show, LOBBY) == (photo, linked)
+    [message] = await port.reads.history(LOBBY, 0, 10)
+    assert message.images == (photo, linked)
+    await port.run(say(LOBBY, "no picture"), LOBBY)
+    assert [m.images for m in await port.reads.recent_history(LOBBY, 5)] == [(photo, linked), ()]
 
 
 async def test_a_cleared_history_is_gone_its_platform_ids_free_and_seqs_go_on(port: Port) -> None:

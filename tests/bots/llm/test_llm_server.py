@@ -110,9 +110,54 @@ async def post(server: FakeLLMServer, api: str, body: dict[str, Any]) -> tuple[i
         return response.status, dict(response.headers), await response.json()
 
 
+def claude_image(source: dict[str, Any], role: str = "user") -> list[dict[str, Any]]:
+    """Messages whose last shows one image block with ``source``."""
+    return [{"role": role, "content": [{"type": "image", "source": source}, {"type": "text", "text": "Look!"}]}]
+
+
+def gpt_image(image_url: dict[str, Any], role: str = "user", count: int = 1) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = [{"type": "image_url", "image_url": image_url} for _ in range(count)]
+    return [{"role": role, "content": [*parts, {"type": "text", "text": "Look!"}]}]
+
+
+PHOTO = "https://cdn.discordapp.com/attachments/1/2/cat.png?ex=6a1b2c3d&is=6a19dabd&hm=abc"
+PNG_DATA = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"
+
+
 # --- Anthropic Messages ---------------------------------------------------------------------------------
 
 CLAUDE_REFUSED = [
+    pytest.param(
+        edited(CLAUDE_OK, messages=claude_image({"type": "base64", "media_type": "image/bmp", "data": PNG_DATA})),
+        "media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'",
+        id="image of a media type the API does not take",
+    ),
+    pytest.param(
+        edited(CLAUDE_OK, messages=claude_image({"type": "url", "url": "file:///etc/hosts"})),
+        "not a URL the API can fetch",
+        id="image address not on the web",
+    ),
+    pytest.param(
+        edited(CLAUDE_OK, messages=claude_image({"type": "link", "url": PHOTO})),
+        "does not match any of the expected tags",
+        id="image source of an unknown type",
+    ),
+    pytest.param(
+        edited(
+            CLAUDE_OK,
+            messages=[*claude_image({"type": "url", "url": PHOTO}, role="assistant"), CLAUDE_OK["messages"][0]],
+        ),
+        "image blocks are only allowed in user messages",
+        id="image in an assistant message",
+    ),
+    pytest.param(
+        edited(
+            CLAUDE_OK,
+            messages=[{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": PHOTO}}] * 601}],
+        ),
+        "too many images",
+        id="more images than a request takes",
+    ),
     pytest.param(edited(CLAUDE_OK, drop=("model",)), "model: Field required", id="no model"),
     pytest.param(edited(CLAUDE_OK, drop=("max_tokens",)), "max_tokens: Field required", id="no max_tokens"),
     pytest.param(edited(CLAUDE_OK, drop=("messages",)), "messages: Field required", id="no messages"),
@@ -230,6 +275,11 @@ async def test_anthropic_refusals_are_400s_in_the_apis_format_and_consume_no_rep
 
 CLAUDE_ACCEPTED = [
     pytest.param(CLAUDE_OK, id="plain"),
+    pytest.param(edited(CLAUDE_OK, messages=claude_image({"type": "url", "url": PHOTO})), id="an image by address"),
+    pytest.param(
+        edited(CLAUDE_OK, messages=claude_image({"type": "base64", "media_type": "image/png", "data": PNG_DATA})),
+        id="an image in base64",
+    ),
     pytest.param(
         edited(
             CLAUDE_OK,
@@ -288,6 +338,31 @@ async def test_anthropic_accepts_what_the_api_accepts(server: FakeLLMServer, bod
 # --- OpenAI Chat Completions ----------------------------------------------------------------------------
 
 GPT_REFUSED = [
+    pytest.param(
+        edited(GPT_OK, messages=gpt_image({"url": "ftp://example.org/cat.png"})),
+        "Invalid image URL",
+        id="image address not on the web",
+    ),
+    pytest.param(
+        edited(GPT_OK, messages=gpt_image({"url": f"data:image/bmp;base64,{PNG_DATA}"})),
+        "Invalid image URL",
+        id="image data URL of a type the API does not take",
+    ),
+    pytest.param(
+        edited(GPT_OK, messages=gpt_image({"url": PHOTO, "detail": "ultra"})),
+        "Supported values are: 'auto', 'low', and 'high'.",
+        id="image detail unknown",
+    ),
+    pytest.param(
+        edited(GPT_OK, messages=[*gpt_image({"url": PHOTO}, role="assistant"), GPT_OK["messages"][-1]]),
+        "only supported in user messages",
+        id="image in an assistant message",
+    ),
+    pytest.param(
+        edited(GPT_OK, messages=gpt_image({"url": PHOTO}, count=501)),
+        "Too many images",
+        id="more images than a request takes",
+    ),
     pytest.param(edited(GPT_OK, drop=("model",)), "you must provide a model parameter", id="no model"),
     pytest.param(edited(GPT_OK, drop=("messages",)), "Missing required parameter: 'messages'.", id="no messages"),
     pytest.param(edited(GPT_OK, messages=[]), "Invalid 'messages': empty array", id="empty messages"),
@@ -387,6 +462,11 @@ async def test_openai_refusals_are_400s_in_the_apis_format_and_consume_no_reply(
 
 GPT_ACCEPTED = [
     pytest.param(GPT_OK, id="plain"),
+    pytest.param(edited(GPT_OK, messages=gpt_image({"url": PHOTO, "detail": "auto"})), id="an image by address"),
+    pytest.param(
+        edited(GPT_OK, messages=gpt_image({"url": f"data:image/png;base64,{PNG_DATA}", "detail": "low"})),
+        id="an image as a data URL, low detail",
+    ),
     pytest.param(
         edited(GPT_OK, reasoning_effort="none", tools=[gpt_tool(STRICT_SCHEMA, strict=True)]),
         id="strict function, reasoning none",

@@ -406,8 +406,10 @@ class FakeDiscord:
         reply_to: FakeMessage | None = None,
         ping_reply: bool = True,
         embeds: Sequence[dict[str, Any]] = (),
+        attachments: Sequence[dict[str, Any]] = (),
     ) -> FakeMessage:
-        """``user`` posts ``content`` in ``channel`` from the Discord client. Mentions are read from the content
+        """``user`` posts ``content`` in ``channel`` from the Discord client (``attachments``: files it uploads
+        with it, as ``image_attachment`` makes them). Mentions are read from the content
         (``<@id>``, ``<@&id>``, ``@everyone``); each of ``mentions`` is put in front of it as ``<@id> ``, as when
         a person picks a name from the @ menu. ``reply_to`` makes it a reply, pinging the author unless
         ``ping_reply`` is off. Every bot in the guild that can see the channel gets MESSAGE_CREATE (content
@@ -428,10 +430,39 @@ class FakeDiscord:
             default_parse=ALL_PARSE,
             reply_to=reply_to,
             embeds=list(embeds),
+            attachments=list(attachments),
         )
         self._publish(message)
         await self.flush()
         return message
+
+    def image_attachment(
+        self,
+        filename: str,
+        *,
+        content_type: str = "image/png",
+        size: int = 48_213,
+        width: int = 800,
+        height: int = 600,
+        expires_in_s: float = 86_400.0,
+    ) -> dict[str, Any]:
+        """An uploaded image as Discord describes it in a message: its CDN address signed as Discord signs it
+        (``ex``: when it expires and ``is``: when it was issued, hexadecimal Unix seconds; ``hm``: the signature),
+        by default for a day from now on the fake's clock."""
+        attachment_id = self.snowflake()
+        issued = int(self.clock())
+        query = f"ex={int(issued + expires_in_s):x}&is={issued:x}&hm={attachment_id:x}"
+        url = f"{self.base_url}/attachments/{attachment_id}/{filename}?{query}"
+        return {
+            "id": str(attachment_id),
+            "filename": filename,
+            "content_type": content_type,
+            "size": size,
+            "url": url,
+            "proxy_url": url.replace("/attachments/", "/media/attachments/", 1),
+            "width": width,
+            "height": height,
+        }
 
     async def edit(self, message: FakeMessage, content: str, *, announce: bool = True) -> FakeMessage:
         """Edit a message (anyone's: the test is the world) -> MESSAGE_UPDATE to the bots (none with ``announce``

@@ -1,0 +1,40 @@
+"""What the history keeps of a message's images (``arbiter.core.images``): the types the models take, within the
+size, the first few; and when a signed Discord address expires."""
+
+from __future__ import annotations
+
+from arbiter.core.images import ImageBounds, ImageRef, bounded, signed_expiry
+
+
+def image(name: str, content_type: str = "image/png", size: int | None = 1000) -> ImageRef:
+    return ImageRef(f"https://cdn.example/{name}", content_type, size)
+
+
+def test_only_the_types_both_providers_take_are_kept() -> None:
+    shown = [image(f"a.{kind}", f"image/{kind}") for kind in ("jpeg", "png", "gif", "webp", "svg+xml", "bmp")]
+    shown.append(image("notes.txt", "text/plain"))
+    assert [i.content_type for i in bounded(shown, ImageBounds(per_message=10))] == [
+        "image/jpeg", "image/png", "image/gif", "image/webp"
+    ]  # fmt: skip
+
+
+def test_an_image_over_the_size_is_dropped_and_one_of_unknown_size_kept() -> None:
+    bounds = ImageBounds(per_message=10, max_bytes=5000)
+    shown = [image("big.png", size=5001), image("edge.png", size=5000), image("embed.png", size=None)]
+    assert [i.url.rsplit("/", 1)[1] for i in bounded(shown, bounds)] == ["edge.png", "embed.png"]
+
+
+def test_the_first_few_are_kept_and_an_address_that_is_not_the_webs_is_not() -> None:
+    shown = [ImageRef("file:///etc/passwd", "image/png"), *(image(f"{n}.png") for n in range(6))]
+    assert [i.url for i in bounded(shown, ImageBounds(per_message=3))] == [image(f"{n}.png").url for n in range(3)]
+    assert bounded(shown, ImageBounds(per_message=0)) == ()
+
+
+def test_a_signed_address_expires_at_its_ex_parameter() -> None:
+    url = "https://cdn.discordapp.com/attachments/1/2/cat.png?ex=6a1b2c3d&is=6a19dabd&hm=abc123"
+    assert signed_expiry(url) == float(0x6A1B2C3D)
+    assert signed_expiry("https://example.org/dog.webp") is None
+    assert signed_expiry("https://cdn.discordapp.com/a.png?ex=zz") is None
+    expiring = ImageRef(url, "image/png", expires_at=100.0)
+    assert not expiring.expired(99.9) and expiring.expired(100.0)
+    assert not ImageRef("https://example.org/dog.webp", "image/webp").expired(1e12)

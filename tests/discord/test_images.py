@@ -1,0 +1,127 @@
+"""A person shows the personas a picture on the local Discord: the attachment's reference goes through the arbiter
+to the persona's model, on the local Anthropic and OpenAI wire servers, as a valid image block or part (the
+servers refuse what the real APIs refuse), and its cost is counted in the persona's tokens for the day."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+
+from aizuchi.run import run_bots
+from bots.llm.base import ImageInput
+from tests.discord.conftest import arbiter_bot, build_world
+from tests.discord.test_run import ENDPOINTS, bots_settings, following, running_task, tokens_of
+from tests.support.eventually import eventually
+from tests.support.fake_discord import running
+from tests.support.fleet import live_arbiter
+from tests.support.llm_images import image_charge
+from tests.support.llm_server import FAKE_KEY, FAKE_KEY_ENV, FakeLLMServer, decision_reply
+from tests.support.room import ROOM_PERSONAS
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.discord.conftest import World
+    from tests.support.fake_discord import FakeDiscord
+
+TOKENS = {persona_id: f"{persona_id}-run-token-0123456789abcdef" for persona_id in ROOM_PERSONAS}
+MODELS = {"anthropic": "claude-haiku-5-5", "openai": "gpt-5.6-luna"}
+
+
+@pytest.fixture
+def world(fake: FakeDiscord) -> World:
+    return build_world(fake, ROOM_PERSONAS)
+
+
+def shown_images(api: str, body: dict[str, object]) -> list[str]:
+    """The image addresses a request's messages carry, read as each API reads them."""
+    found: list[str] = []
+    for message in body["messages"]:  # type: ignore[attr-defined]
+        content = message.get("content")
+        for part in content if isinstance(content, list) else []:
+            if api == "anthropic" and part.get("type") == "image":
+                assert part["source"]["type"] == "url"
+                found.append(part["source"]["url"])
+            if api == "openai" and part.get("type") == "image_url":
+                found.append(part["image_url"]["url"])
+    return found
+
+
+@pytest.mark.parametrize("api", ["anthropic", "openai"])
+async def test_a_photo_reaches_the_personas_model_as_an_image_and_is_counted(
+    api: str, *, fake: FakeDiscord, world: World, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="bots")
+    profiles = tmp_path / "profiles.toml"
+    reply = decision_reply("tools", {"action": "remark", "text": "What a cat!"}, usage=(100, 5))
+    async with (
+        FakeLLMServer(reply) as llm,
+        live_arbiter(extra_tokens=TOKENS) as live,
+        running(arbiter_bot(live.arbiter, world), world.arbiter.token),
+    ):
+        base_url = llm.anthropic_url if api == "anthropic" else llm.openai_url
+        extra = '\nextra_body = { reasoning_effort = "none" }' if api == "openai" else ""
+        profiles.write_text(
+            f'[profiles.seeing]\nprovider = "{api}"\nmodel = "{MODELS[api]}"\nbase_url = "{base_url}"\n'
+            f'api_key_env = "{FAKE_KEY_ENV}"\nmax_retries = 0\nimages = true{extra}\n'
+        )
+        lounge = str(world.lounge.id)
+        await live.channel(lounge)
+        bots = bots_settings(tmp_path, arbiter_url=live.url, profiles_file=profiles, profile="seeing")
+        env = tokens_of(world, **{FAKE_KEY_ENV: FAKE_KEY})
+        async with running_task(run_bots(bots, env, ENDPOINTS, only=["rin"])) as task:
+            await following(world, caplog, task, ("rin",))
+            # Signed for a day from now (the arbiter's clock is the wall clock; the fake Discord's is its own).
+            a_day = time.time() + 86_400 - fake.clock()
+            photo = fake.image_attachment(
+                "cat.jpg", content_type="image/jpeg", width=1024, height=768, expires_in_s=a_day
+            )
+            await fake.human_says(world.lounge, world.member, "Rin, look at my cat!", attachments=[photo])
+            await eventually(lambda: llm.requests, what="rin asks her model")
+            await eventually(
+                lambda: any(m.author is world.personas["rin"] for m in world.lounge.messages), what="rin answers"
+            )
+            status = await live.status(lounge, "rin")
+
+    assert llm.refusals == []
+    [request] = llm.requests
+    assert shown_images(api, request.body) == [photo["url"]]
+    charged = image_charge(api, [ImageInput(photo["url"], "image/jpeg")])
+    assert charged > 0
+    assert status.tokens_today == 100 + 5 + charged
+
+
+async def test_an_expired_image_is_skipped_with_one_line(
+    *, fake: FakeDiscord, world: World, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="bots")
+    profiles = tmp_path / "profiles.toml"
+    reply = decision_reply("tools", {"action": "remark", "text": "Hm?"}, usage=(100, 5))
+    async with (
+        FakeLLMServer(reply) as llm,
+        live_arbiter(extra_tokens=TOKENS) as live,
+        running(arbiter_bot(live.arbiter, world), world.arbiter.token),
+    ):
+        profiles.write_text(
+            f'[profiles.seeing]\nprovider = "anthropic"\nmodel = "{MODELS["anthropic"]}"\n'
+            f'base_url = "{llm.anthropic_url}"\napi_key_env = "{FAKE_KEY_ENV}"\nmax_retries = 0\nimages = true\n'
+        )
+        lounge = str(world.lounge.id)
+        await live.channel(lounge)
+        bots = bots_settings(tmp_path, arbiter_url=live.url, profiles_file=profiles, profile="seeing")
+        env = tokens_of(world, **{FAKE_KEY_ENV: FAKE_KEY})
+        async with running_task(run_bots(bots, env, ENDPOINTS, only=["rin"])) as task:
+            await following(world, caplog, task, ("rin",))
+            # Signed an hour before the arbiter's now: expired (a message read back from long ago, say).
+            an_hour_ago = time.time() - 3600 - fake.clock()
+            old = fake.image_attachment("old.png", expires_in_s=an_hour_ago)
+            await fake.human_says(world.lounge, world.member, "Rin, remember this one?", attachments=[old])
+            await eventually(lambda: llm.requests, what="rin asks her model")
+
+    assert llm.refusals == []
+    assert shown_images("anthropic", llm.requests[0].body) == []
+    skipped = [line for line in caplog.messages if "skipping an image" in line]
+    assert len(skipped) == 1 and skipped[0].startswith("persona=rin: skipping an image of message ")
