@@ -1026,7 +1026,11 @@ async def test_its_own_last_lines_come_from_the_arbiter_however_much_others_said
     assert runtime.stats.wasted == 1  # the old line, dropped as a repeat
     first_prompt = json.dumps(fake_llm.bodies()[0], ensure_ascii=False)
     assert all(line in first_prompt for line in own)  # and shown to the model as hers, not to say again
-    assert runtime.join(CHANNEL).own_lines[-4:] == [*own, "Let's try the new place by the station."]
+    # Its new line joins them as the stream brings it back, a moment after the post.
+    await eventually(
+        lambda: runtime.join(CHANNEL).own_lines[-4:] == [*own, "Let's try the new place by the station."],
+        what="her new line among her own",
+    )
 
 
 async def test_a_persona_in_several_channels_holds_one_stream_and_reads_no_status_to_plan(live: Live) -> None:
