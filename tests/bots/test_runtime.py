@@ -763,7 +763,7 @@ async def test_its_own_line_edited_on_the_platform_is_remembered_as_edited(live:
         return any(m.platform_message_id == post.platform_message_id for m in await live.history(CHANNEL))
 
     await eventually(linked, what="the post linked")
-    assert list(worker.own_lines) == [post.text]
+    await eventually(lambda: list(worker.own_lines) == [post.text], what="its line heard back on the stream")
 
     await live.service.edit_message(CHANNEL, post.platform_message_id, "An edited line.")
     await eventually(lambda: list(worker.own_lines) == ["An edited line."], what="the edit heard")
