@@ -50,6 +50,16 @@ def shown_images(api: str, body: dict[str, object]) -> list[str]:
     return found
 
 
+def seeing_profile(api: str, llm: FakeLLMServer) -> str:
+    """profiles.toml with one profile, ``seeing``: a model that takes images, on the local wire server of ``api``."""
+    base_url = llm.anthropic_url if api == "anthropic" else llm.openai_url
+    extra = '\nextra_body = { reasoning_effort = "none" }' if api == "openai" else ""
+    return (
+        f'[profiles.seeing]\nprovider = "{api}"\nmodel = "{MODELS[api]}"\nbase_url = "{base_url}"\n'
+        f'api_key_env = "{FAKE_KEY_ENV}"\nmax_retries = 0\nimages = true{extra}\n'
+    )
+
+
 @pytest.mark.parametrize("api", ["anthropic", "openai"])
 async def test_a_photo_reaches_the_personas_model_as_an_image_and_is_counted(
     api: str, *, fake: FakeDiscord, world: World, tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -62,12 +72,7 @@ async def test_a_photo_reaches_the_personas_model_as_an_image_and_is_counted(
         live_arbiter(extra_tokens=TOKENS) as live,
         running(arbiter_bot(live.arbiter, world), world.arbiter.token),
     ):
-        base_url = llm.anthropic_url if api == "anthropic" else llm.openai_url
-        extra = '\nextra_body = { reasoning_effort = "none" }' if api == "openai" else ""
-        profiles.write_text(
-            f'[profiles.seeing]\nprovider = "{api}"\nmodel = "{MODELS[api]}"\nbase_url = "{base_url}"\n'
-            f'api_key_env = "{FAKE_KEY_ENV}"\nmax_retries = 0\nimages = true{extra}\n'
-        )
+        profiles.write_text(seeing_profile(api, llm))
         lounge = str(world.lounge.id)
         await live.channel(lounge)
         bots = bots_settings(tmp_path, arbiter_url=live.url, profiles_file=profiles, profile="seeing")
@@ -105,10 +110,7 @@ async def test_an_expired_image_is_skipped_with_one_line(
         live_arbiter(extra_tokens=TOKENS) as live,
         running(arbiter_bot(live.arbiter, world), world.arbiter.token),
     ):
-        profiles.write_text(
-            f'[profiles.seeing]\nprovider = "anthropic"\nmodel = "{MODELS["anthropic"]}"\n'
-            f'base_url = "{llm.anthropic_url}"\napi_key_env = "{FAKE_KEY_ENV}"\nmax_retries = 0\nimages = true\n'
-        )
+        profiles.write_text(seeing_profile("anthropic", llm))
         lounge = str(world.lounge.id)
         await live.channel(lounge)
         bots = bots_settings(tmp_path, arbiter_url=live.url, profiles_file=profiles, profile="seeing")
