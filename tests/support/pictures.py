@@ -3,10 +3,17 @@ JPEG and WebP headers (what the arbiter and the wire servers read of a file: its
 
 from __future__ import annotations
 
+import socket
 import struct
 import zlib
+from typing import TYPE_CHECKING, Self
 
-__all__ = ("gif", "jpeg_header", "png", "webp_header")
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+__all__ = ("PictureHost", "gif", "jpeg_header", "picture", "png", "refused_url", "webp_header")
 
 
 def _chunk(kind: bytes, body: bytes) -> bytes:
@@ -48,3 +55,69 @@ def webp_header(width: int = 640, height: int = 480) -> bytes:
     vp8x = b"VP8X" + struct.pack("<I", 10) + b"\x00\x00\x00\x00"
     vp8x += (width - 1).to_bytes(3, "little") + (height - 1).to_bytes(3, "little")
     return b"RIFF" + struct.pack("<I", 4 + len(vp8x)) + b"WEBP" + vp8x
+
+
+def picture(content_type: str, width: int, height: int) -> bytes:
+    """A file of ``content_type`` (one of the four the models take) and those dimensions; other types get a few
+    bytes of text, as a file that is not an image has."""
+    if content_type == "image/png":
+        return png(width, height)
+    if content_type == "image/gif":
+        return gif(width, height)
+    if content_type == "image/jpeg":
+        return jpeg_header(width, height)
+    if content_type == "image/webp":
+        return webp_header(width, height)
+    return b"not a picture\n"
+
+
+class PictureHost:
+    """A web server of files on this machine, as a site showing pictures: ``put`` one, get its address; an address
+    it does not have answers 404, and ``status`` makes one answer another status (a 403, say)."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, tuple[str, bytes]] = {}
+        self.status: dict[str, int] = {}
+        self.fetched: list[str] = []  # the paths asked for, in order
+        self._runner: web.AppRunner | None = None
+        self.base_url = ""
+
+    def put(self, name: str, data: bytes, content_type: str = "image/png") -> str:
+        self.files[f"/{name}"] = (content_type, data)
+        return f"{self.base_url}/{name}"
+
+    def url(self, name: str) -> str:
+        return f"{self.base_url}/{name}"
+
+    async def _serve(self, request: web.Request) -> web.Response:
+        self.fetched.append(request.path)
+        if request.path in self.status:
+            return web.Response(status=self.status[request.path], text="Forbidden")
+        held = self.files.get(request.path)
+        if held is None:
+            return web.Response(status=404, text="Not Found")
+        return web.Response(body=held[1], content_type=held[0])
+
+    async def __aenter__(self) -> Self:
+        app = web.Application()
+        app.router.add_get("/{tail:.*}", self._serve)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.base_url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+def refused_url(name: str = "cat.png") -> str:
+    """An address on this machine where nothing listens: connecting is refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}/{name}"
