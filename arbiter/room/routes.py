@@ -283,7 +283,12 @@ async def _say_form(request: web.Request, service: ArbiterService) -> tuple[SayR
     accepted: list[tuple[str, Accepted]] = []
     try:
         reader = await request.multipart()
+        parts = 0
         while (part := await reader.next()) is not None:
+            parts += 1
+            # Name and text, the images, and the one image too many that is refused by name below.
+            if parts > bounds.per_message + 3:
+                raise InvalidRequest("the form has more fields than name, text and its images", code="bad_form")
             if not isinstance(part, BodyPartReader) or part.name not in ("name", "text", "image"):
                 name = part.name if isinstance(part, BodyPartReader) else "a nested form"
                 raise InvalidRequest(f"unexpected form field {name!r}: expected name, text and image", field=name)

@@ -114,3 +114,11 @@ async def test_an_image_the_room_does_not_hold_is_gone(room: Room) -> None:
     assert response.status == 404
     assert "no longer holds" in (await response.json())["error"]["message"]
     assert (await room.client.get("/room/images/page.html")).status == 404
+
+
+async def test_a_form_of_endless_fields_is_refused(room: Room) -> None:
+    data = aiohttp.FormData(default_to_multipart=True)
+    for _ in range(room.service.image_bounds.per_message + 4):
+        data.add_field("name", "Yui")
+    error = await room.error("POST", "/room/api/lobby/say", data=data, expect=422)
+    assert error["code"] == "bad_form"
