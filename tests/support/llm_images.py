@@ -18,11 +18,14 @@ kinds or over 20 MB ("You uploaded an unsupported image...", code ``invalid_imag
 the bytes, not the URL's media type.
 
 An image by address is fetched, as both APIs fetch it, and the whole request refused when it cannot be downloaded
-(a 4xx or 5xx, a refused connection, a timeout) or is not an image: Anthropic with a 400 invalid_request_error,
-OpenAI with a 400 ``invalid_image_url`` "Error while downloading <url>." (as users report them: the providers'
-guides say only that the address must be reachable). Here an address is fetched from this machine, where the real
-APIs fetch from theirs: a loopback address they could never reach is fetched all the same, so the tests can serve
-pictures; the persona side never gives a provider a loopback address (``bots.image_fetch``).
+(a 4xx or 5xx, a refused connection, a timeout) or is not an image: Anthropic with a 400 invalid_request_error
+"Unable to download the file. Please verify the URL and try again." (quoted alike by many public projects that met
+it, signed addresses expired after a day among them), OpenAI with a 400 ``invalid_image_url`` "Error while
+downloading <url>." ("Timeout while downloading <url>." for a slow host, as users report it; the providers' guides
+say only that the address must be reachable). Here an address is fetched from this machine, where the real APIs
+fetch from theirs: a loopback address they could never reach is fetched all the same, so the tests can serve
+pictures (the persona side never gives a provider the room's: ``bots.image_fetch``); and plain http is taken,
+where Anthropic answers "Only HTTPS URLs are supported.", since the fake Discord's CDN has no TLS.
 
 Charged: each image by its dimensions as read from its bytes (``bots.llm.images.image_tokens``), added to the
 scripted input tokens."""
