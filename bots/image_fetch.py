@@ -93,7 +93,10 @@ class ImageFetcher:
             async with asyncio.timeout(budget):
                 return await self._one(item, inline_max)
         except TimeoutError:
-            return None, f"its address did not answer within {budget:.1f} s"
+            problem = f"its address did not answer within {budget:.1f} s"
+            if not item.local:
+                self._remember(item.image.url, problem, self._clock())  # a slow host is not waited for again soon
+            return None, problem
 
     async def _one(self, item: ChosenImage, inline_max: int) -> tuple[ImageInput | None, str | None]:
         if not item.local:
@@ -121,11 +124,14 @@ class ImageFetcher:
         data, problem = await self._fetch(url, _PROBE_BYTES, probe=True)
         if data is not None and media_type_of(data) is None:
             problem = "its address answers with something that is not an image the models take"
+        self._remember(url, problem, now)
+        return problem
+
+    def _remember(self, url: str, problem: str | None, now: float) -> None:
         self._checked[url] = _Checked(problem, now)
         self._checked.move_to_end(url)
         while len(self._checked) > self._addresses:
             self._checked.popitem(last=False)
-        return problem
 
     async def _fetch(self, url: str, limit: int, *, probe: bool = False) -> tuple[bytes | None, str | None]:
         """The first ``limit`` bytes (``probe``) or all of them (refused past ``limit``), or why not."""

@@ -120,3 +120,21 @@ async def test_a_room_image_is_skipped_when_its_provider_would_refuse_it_inline_
         "its bytes are image/gif, not image/png",
         "its address answered 404",
     ]
+
+
+async def test_a_host_that_does_not_answer_is_given_up_on_in_time_and_not_waited_for_again(
+    host: PictureHost, session: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="bots.image_fetch")
+    slow = host.put("slow.png", png())
+    host.silent.add("/slow.png")
+    good = host.put("cat.png", png())
+    fetcher = ImageFetcher(session, timeout_s=0.2)
+
+    for _ in range(2):
+        shown = await fetcher.shown([chosen(slow, 3), chosen(good, 4)], persona="rin", provider="openai")
+        assert [image.url for image in shown] == [good]
+    assert host.fetched.count("/slow.png") == 1
+    assert (
+        caplog.messages == ["persona=rin: skipping an image of message 3: its address did not answer within 0.2 s"] * 2
+    )

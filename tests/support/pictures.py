@@ -3,6 +3,7 @@ JPEG and WebP headers (what the arbiter and the wire servers read of a file: its
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import struct
 import zlib
@@ -73,12 +74,15 @@ def picture(content_type: str, width: int, height: int) -> bytes:
 
 class PictureHost:
     """A web server of files on this machine, as a site showing pictures: ``put`` one, get its address; an address
-    it does not have answers 404, and ``status`` makes one answer another status (a 403, say)."""
+    it does not have answers 404, ``status`` makes one answer another status (a 403, say), and a path in ``silent``
+    is never answered (a host that hangs) until the host stops."""
 
     def __init__(self) -> None:
         self.files: dict[str, tuple[str, bytes]] = {}
         self.status: dict[str, int] = {}
         self.fetched: list[str] = []  # the paths asked for, in order
+        self.silent: set[str] = set()
+        self._stopping = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self.base_url = ""
 
@@ -91,6 +95,8 @@ class PictureHost:
 
     async def _serve(self, request: web.Request) -> web.Response:
         self.fetched.append(request.path)
+        if request.path in self.silent:
+            await self._stopping.wait()
         if request.path in self.status:
             return web.Response(status=self.status[request.path], text="Forbidden")
         held = self.files.get(request.path)
@@ -111,6 +117,7 @@ class PictureHost:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        self._stopping.set()
         if self._runner is not None:
             await self._runner.cleanup()
 
