@@ -1227,3 +1227,12 @@ async def test_a_person_shows_the_personas_a_picture_and_they_answer_about_it(br
         assert image.local and image.width == 120
         await page.screenshot(path=str(ARTIFACTS / "room-picture.png"))
         await page.close()
+
+        # On a phone: a picture waiting to be sent, and its button to take it back, big enough to tap.
+        phone = await new_page(browser, viewport=PHONE)
+        await open_room(phone, room.url + "/room/lobby")
+        await phone.evaluate(PASTE, ["image.png", "image/png", base64.b64encode(picture).decode()])
+        await phone.locator("#attachments li img").wait_for()
+        assert await small_targets(phone) == []
+        await phone.screenshot(path=str(ARTIFACTS / "room-picture-phone.png"))
+        await phone.context.close()
