@@ -20,9 +20,9 @@ from aiohttp import web
 
 from .commands import validate_registration
 from .emojis import create_app_emoji, delete_app_emoji, list_app_emojis, usable_emoji
-from .webhooks import create_webhook, execute, find, list_webhooks
 from .model import ALL_PARSE, FakeBot, FakeChannel, FakeMessage, Perm, permissions_in, role_permissions
 from .records import ApiError, InteractionResult, PathPattern, RecordedRequest
+from .webhooks import create_webhook, execute, find, list_webhooks
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -90,7 +90,7 @@ def _name_problem(name: object) -> str | None:
     if not isinstance(name, str) or not 1 <= len(name) <= _NAME_MAX:
         return f"Must be between 1 and {_NAME_MAX} in length."
     if any(word in name.casefold() for word in _FORBIDDEN_IN_NAMES):
-        return "Username cannot contain \"clyde\" or \"discord\"."
+        return 'Username cannot contain "clyde" or "discord".'
     return None
 
 
