@@ -17,19 +17,25 @@ from typing import TYPE_CHECKING
 
 import discord
 
+from aizuchi.run import run_all
 from arbiter.contract import AuthorKind, Tier
 from arbiter.discord_bot import ArbiterBot
+from arbiter.settings import ArbiterSettings
 from bots.platforms.webhook import WEBHOOK_NAME, ChannelHooks, WebhookPlatform
 from bots.runtime import PersonaRuntime
+from bots.settings import Environment
 from bots.webhook_client import WebhookPersonas
+from tests.discord.conftest import CREW_ROLE, build_world
 from tests.discord.fleet import eager, scripted
 from tests.discord.test_own_emojis import SEED_THAT_NODS, listener
+from tests.discord.test_run import ENDPOINTS, bots_settings, following, running_task
 from tests.support.eventually import eventually
 from tests.support.fake_discord import FAST_READY, Perm, WebhookAuthor, running
 from tests.support.fleet import FAST
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
+    from pathlib import Path
 
     import pytest
 
@@ -153,7 +159,8 @@ async def test_personas_post_through_the_channel_webhook_under_their_names_and_a
     assert linked[str(asked.id)].author_kind is AuthorKind.HUMAN
     for post in posts:
         line = linked[str(post.id)]
-        assert (line.author_kind, line.author_id, line.text) == (AuthorKind.PERSONA, by_name[post.author.name], post.content)
+        said = (AuthorKind.PERSONA, by_name[post.author.name], post.content)
+        assert (line.author_kind, line.author_id, line.text) == said
     assert [m.author_kind for m in history] == [AuthorKind.HUMAN] + [AuthorKind.PERSONA] * len(posts)
     # Taken for a person's, a post would have given the bots more turns: they stopped at the idle cap.
     assert len(posts) <= 2
@@ -166,7 +173,7 @@ async def test_the_webhook_is_made_once_per_channel_and_found_again_after_a_rest
     for turn in range(2):  # the personas start, post, stop, and start again on the same Discord
         async with webhook_fleet(world, live, [eager("hana"), eager("kai")]) as fleet:
             await fake.human_says(world.lounge, world.member, f"Hana, question number {turn + 1} for you?")
-            await eventually(lambda: len(fleet.webhook_posts()) > turn, what="a post through the webhook")
+            await eventually(lambda n=turn: len(fleet.webhook_posts()) > n, what="a post through the webhook")
             await fleet.settled()
 
     [hook] = fake.webhooks.values()
@@ -214,3 +221,36 @@ async def test_without_manage_webhooks_the_personas_stay_quiet_and_say_why_once(
     assert asked == []  # no model call for words that could not be posted
     assert [m.author_kind for m in history] == [AuthorKind.HUMAN]
     assert fake.webhooks == {}
+
+
+async def test_run_all_in_one_application_mode_answers_a_person_through_webhooks(
+    fake: FakeDiscord, tmp_path: Path, sqlite_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Only the arbiter's bot is on the server (no persona has a token of its own).
+    world = build_world(fake, ())
+    manage_webhooks(fake, world)
+    caplog.set_level(logging.INFO, logger="bots.webhook_client")
+    settings = ArbiterSettings(
+        _env_file=None,
+        database_url=sqlite_url,
+        port=0,
+        discord_token=world.arbiter.token,
+        discord_guilds=[world.guild.id],
+        moderator_role=CREW_ROLE,
+    )
+    bots = bots_settings(tmp_path, AIZUCHI_PERSONA_TOKENS={}, webhooks=True)
+    async with running_task(run_all(settings, bots, Environment({}), ENDPOINTS)) as task:
+        await fake.wait_until(lambda: fake.registered(world.arbiter, world.guild), what="commands")
+        await fake.wait_connected(world.arbiter)
+        await fake.invoke(world.deckhand, world.lounge, "aizuchi enable", enforce_default_permissions=False)
+        await following(world, caplog, task)
+        question = await fake.human_says(world.lounge, world.member, "Rin, what are you building these days?")
+
+        def answer() -> list[FakeMessage]:
+            return [m for m in world.lounge.messages if m.id > question.id and m.author.name == "Rin"]
+
+        await eventually(answer, what="rin answers through the webhook")
+
+    [hook] = fake.webhooks.values()
+    assert answer()[0].webhook_id == hook.id
+    assert not fake.connected(world.arbiter)
