@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import discord
+import pytest
 
-from aizuchi.run import run_all
+from aizuchi.errors import SetupError
+from aizuchi.run import run_all, run_bots
 from arbiter.contract import AuthorKind, Tier
 from arbiter.discord_bot import ArbiterBot
 from arbiter.settings import ArbiterSettings
@@ -36,8 +38,6 @@ from tests.support.fleet import FAST
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
     from pathlib import Path
-
-    import pytest
 
     from arbiter.contract import MessageView
     from bots.persona import Persona
@@ -254,3 +254,15 @@ async def test_run_all_in_one_application_mode_answers_a_person_through_webhooks
     [hook] = fake.webhooks.values()
     assert answer()[0].webhook_id == hook.id
     assert not fake.connected(world.arbiter)
+
+
+async def test_persona_bots_apart_from_the_arbiter_need_its_token_for_the_webhooks(tmp_path: Path) -> None:
+    bots = bots_settings(tmp_path, webhooks=True)  # no persona token, and no ARBITER_DISCORD_TOKEN
+
+    with pytest.raises(SetupError) as refused:
+        await run_bots(bots, Environment({}), ENDPOINTS)
+
+    assert refused.value.message == (
+        "one-application mode (AIZUCHI_WEBHOOKS=true) posts through webhooks of the arbiter's bot: set "
+        "ARBITER_DISCORD_TOKEN for the personas too"
+    )
