@@ -32,11 +32,18 @@ from tests.discord.fleet import eager, scripted
 from tests.discord.test_own_emojis import SEED_THAT_NODS, listener
 from tests.discord.test_run import ENDPOINTS, bots_settings, following, running_task
 from tests.support.eventually import eventually
-from tests.support.fake_discord import FAST_READY, Perm, WebhookAuthor, running
+from tests.support.fake_discord import (
+    FAST_READY,
+    MAX_CHANNEL_WEBHOOKS,
+    FakeWebhook,
+    Perm,
+    WebhookAuthor,
+    running,
+)
 from tests.support.fleet import FAST
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Sequence
+    from collections.abc import AsyncIterator, Callable, Sequence
     from pathlib import Path
 
     from arbiter.contract import MessageView
@@ -199,9 +206,57 @@ async def test_a_nod_goes_as_a_text_message(fake: FakeDiscord, world: World, liv
     assert fake.requests_to(*REACTIONS) == []
 
 
-async def test_without_manage_webhooks_the_personas_stay_quiet_and_say_why_once(
-    fake: FakeDiscord, world: World, live: Live, caplog: pytest.LogCaptureFixture
+async def test_a_webhook_deleted_meanwhile_is_made_again_and_the_post_goes_through_it(
+    fake: FakeDiscord, world: World, live: Live
 ) -> None:
+    manage_webhooks(fake, world)
+    async with webhook_fleet(world, live, [eager("hana")], channel={"idle_cap": 1}) as fleet:
+        await fake.human_says(world.lounge, world.member, "Hana, first question?")
+        await eventually(fleet.webhook_posts, what="hana answers")
+        await fleet.settled()
+        [first] = fake.webhooks.values()
+        fake.webhooks.clear()  # a moderator deletes it (Edit Channel > Integrations)
+        await fake.human_says(world.lounge, world.member, "Hana, second question?")
+        await eventually(lambda: len(fleet.webhook_posts()) == 2, what="hana answers again")
+        await fleet.settled()
+        history = await fleet.history()
+
+    [second] = fake.webhooks.values()
+    assert second.id != first.id
+    assert [m.webhook_id for m in fleet.webhook_posts()] == [first.id, second.id]
+    assert [r.status for r in fake.requests_to(*CREATE)] == [200, 200]
+    assert [m.author_kind for m in history] == [AuthorKind.HUMAN, AuthorKind.PERSONA] * 2
+
+
+def fifteen_others(fake: FakeDiscord, world: World) -> None:
+    """Give the arbiter Manage Webhooks, and fill the lounge with another application's webhooks."""
+    manage_webhooks(fake, world)
+    other = fake.add_bot("feeds", permissions=Perm.MANAGE_WEBHOOKS)
+    for index in range(MAX_CHANNEL_WEBHOOKS):
+        hook_id = fake.snowflake()
+        fake.webhooks[hook_id] = FakeWebhook(
+            id=hook_id, token=f"t{index}", channel=world.lounge, name=f"feed {index}", creator=other
+        )
+
+
+@pytest.mark.parametrize(
+    ("setup", "says"),
+    [
+        pytest.param(lambda fake, world: None, "lacks the Manage Webhooks permission", id="no-manage-webhooks"),
+        pytest.param(fifteen_others, "has 15 webhooks, Discord's limit, none of them ours", id="fifteen-webhooks"),
+    ],
+)
+async def test_without_a_webhook_the_personas_stay_quiet_and_say_why_once(
+    *,
+    fake: FakeDiscord,
+    world: World,
+    live: Live,
+    caplog: pytest.LogCaptureFixture,
+    setup: Callable[[FakeDiscord, World], None],
+    says: str,
+) -> None:
+    setup(fake, world)
+    before = dict(fake.webhooks)
     caplog.set_level(logging.WARNING, logger="bots.platforms.webhook")
     async with webhook_fleet(world, live, [eager("hana")]) as fleet:
 
@@ -216,20 +271,21 @@ async def test_without_manage_webhooks_the_personas_stay_quiet_and_say_why_once(
         history = await fleet.history()
 
     [warning] = [r.getMessage() for r in caplog.records if r.name == "bots.platforms.webhook"]
-    assert "lacks the Manage Webhooks permission" in warning
-    assert why is not None and "Manage Webhooks" in why
+    assert says in warning
+    assert why is not None and says in why
     assert asked == []  # no model call for words that could not be posted
     assert [m.author_kind for m in history] == [AuthorKind.HUMAN]
-    assert fake.webhooks == {}
+    assert fake.webhooks == before
 
 
-async def test_run_all_in_one_application_mode_answers_a_person_through_webhooks(
+async def test_run_all_in_one_application_mode_answers_a_person_through_webhooks_beside_a_persona_bot(
     fake: FakeDiscord, tmp_path: Path, sqlite_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # Only the arbiter's bot is on the server (no persona has a token of its own).
-    world = build_world(fake, ())
+    # Besides the arbiter's bot only rin has a bot of her own: theo and juno post through webhooks.
+    world = build_world(fake, ("rin",))
     manage_webhooks(fake, world)
     caplog.set_level(logging.INFO, logger="bots.webhook_client")
+    caplog.set_level(logging.INFO, logger="bots.discord_client")
     settings = ArbiterSettings(
         _env_file=None,
         database_url=sqlite_url,
@@ -239,21 +295,28 @@ async def test_run_all_in_one_application_mode_answers_a_person_through_webhooks
         moderator_role=CREW_ROLE,
     )
     bots = bots_settings(tmp_path, AIZUCHI_PERSONA_TOKENS={}, webhooks=True)
-    async with running_task(run_all(settings, bots, Environment({}), ENDPOINTS)) as task:
+    env = Environment({"RIN_DISCORD_TOKEN": world.personas["rin"].token})
+    async with running_task(run_all(settings, bots, env, ENDPOINTS)) as task:
         await fake.wait_until(lambda: fake.registered(world.arbiter, world.guild), what="commands")
         await fake.wait_connected(world.arbiter)
         await fake.invoke(world.deckhand, world.lounge, "aizuchi enable", enforce_default_permissions=False)
+        # Rin's bot comes to a channel enabled after it started when someone speaks there.
+        await fake.human_says(world.lounge, world.member, "hello everyone")
         await following(world, caplog, task)
-        question = await fake.human_says(world.lounge, world.member, "Rin, what are you building these days?")
+        answers = {}
+        for name in ("Theo", "Rin"):
+            question = await fake.human_says(world.lounge, world.member, f"{name}, what are you building these days?")
 
-        def answer() -> list[FakeMessage]:
-            return [m for m in world.lounge.messages if m.id > question.id and m.author.name == "Rin"]
+            def answer(name: str = name, after: int = question.id) -> list[FakeMessage]:
+                return [m for m in world.lounge.messages if m.id > after and m.author.name == name]
 
-        await eventually(answer, what="rin answers through the webhook")
+            answers[name] = (await eventually(answer, what=f"{name} answers"))[0]
 
     [hook] = fake.webhooks.values()
-    assert answer()[0].webhook_id == hook.id
+    assert answers["Theo"].webhook_id == hook.id
+    assert (answers["Rin"].webhook_id, answers["Rin"].author) == (None, world.personas["rin"])
     assert not fake.connected(world.arbiter)
+    assert not fake.connected(world.personas["rin"])
 
 
 async def test_persona_bots_apart_from_the_arbiter_need_its_token_for_the_webhooks(tmp_path: Path) -> None:
