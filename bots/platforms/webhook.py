@@ -183,6 +183,7 @@ class WebhookPlatform(Platform):
     """One persona posting through its channels' webhooks (``hooks``, shared), under its name and avatar."""
 
     name = "discord-webhook"
+    reacts = False
 
     def __init__(self, persona: Persona, hooks: ChannelHooks) -> None:
         self._username = persona.display_name  # 1-80 characters, as Discord takes a webhook's username

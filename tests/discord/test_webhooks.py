@@ -197,8 +197,12 @@ async def test_a_nod_goes_as_a_text_message(fake: FakeDiscord, world: World, liv
         await eventually(fleet.webhook_posts, what="mio nods")
         await fleet.settled()
         lines = [m for m in await fleet.history() if m.author_kind is AuthorKind.PERSONA]
+        asked = fleet.providers["mio"].decisions
 
     [nod] = lines
+    # Her model is not told an emoji would be a reaction: here it would be a message.
+    assert asked and all("a single emoji works too" in r.system for r in asked)
+    assert all("shown as a reaction" not in r.system for r in asked)
     [posted] = fleet.webhook_posts()
     assert nod.tier is Tier.AIZUCHI
     assert (posted.author.name, posted.content, nod.platform_message_id) == ("Mio", nod.text, str(posted.id))
