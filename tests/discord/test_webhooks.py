@@ -173,6 +173,26 @@ async def test_personas_post_through_the_channel_webhook_under_their_names_and_a
     assert len(posts) <= 2
 
 
+async def test_a_reply_to_a_persona_s_webhook_post_speaks_to_that_persona(
+    fake: FakeDiscord, world: World, live: Live
+) -> None:
+    manage_webhooks(fake, world)
+    async with webhook_fleet(world, live, [eager("hana"), eager("kai")], channel={"idle_cap": 1}) as fleet:
+        await fake.human_says(world.lounge, world.member, "Kai, how was your week?")
+        await eventually(lambda: [m for m in fleet.webhook_posts() if m.author.name == "Kai"], what="kai answers")
+        await fleet.settled()
+        [post] = [m for m in fleet.webhook_posts() if m.author.name == "Kai"]
+        reply = await fake.human_says(world.lounge, world.member, "what do you mean by that?", reply_to=post)
+
+        async def recorded() -> list[MessageView]:
+            return [m for m in await fleet.history() if m.platform_message_id == str(reply.id)]
+
+        [heard] = await eventually(recorded, what="the reply recorded")
+
+    assert (heard.author_kind, heard.addressed) == (AuthorKind.HUMAN, ["kai"])
+    assert not reply.live_mentions  # a webhook is no user: nobody pinged
+
+
 async def test_the_webhook_is_made_once_per_channel_and_found_again_after_a_restart(
     fake: FakeDiscord, world: World, live: Live
 ) -> None:

@@ -613,7 +613,8 @@ def effective_mentions(
         user = by_id.get(int(match.group(1)))
         if user is not None and user not in mentioned and ("users" in parse or user.id in listed_users):
             mentioned.append(user)
-    if reply_to is not None and not reply_to.deleted:
+    # A webhook is no user: a reply to its message pings nobody.
+    if reply_to is not None and not reply_to.deleted and reply_to.webhook_id is None:
         replied_user = True if allowed is None else bool(allowed.get("replied_user", False))
         if replied_user and reply_to.author not in mentioned:
             mentioned.append(reply_to.author)
