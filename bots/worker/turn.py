@@ -49,7 +49,15 @@ def _request(runtime: PersonaRuntime, action: Decide, images: tuple[ImageInput, 
     status, shown, own_lines, memory = action.status, list(action.shown), list(action.own_lines), action.memory
     # Its own emojis, where it can react with them (Discord, once uploaded): a nod it may choose.
     emoji = runtime.platform.emoji_nods() if persona.react_with_emoji else ()
-    rules = rules_prompt(persona, action.actions, action.lengths, status.topic, keeps_notes=True, emoji_nods=emoji)
+    rules = rules_prompt(
+        persona,
+        action.actions,
+        action.lengths,
+        status.topic,
+        keeps_notes=True,
+        emoji_nods=emoji,
+        reactions=runtime.platform.reacts,
+    )
     transcript = transcript_turn(persona, shown, status, own_lines, memory=memory, keeps_notes=True)
     return DecisionRequest(
         system=persona_prompt(persona) + "\n\n" + rules,

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from .emojis import AppEmoji
+    from .webhooks import FakeWebhook
 
 __all__ = ("FakeDiscord", "InvalidInvocation")
 
@@ -130,6 +131,7 @@ class FakeDiscord:
         # Registered application commands: (application id, guild id or None for global) -> payloads.
         self.commands: dict[tuple[int, int | None], list[dict[str, Any]]] = {}
         self.app_emojis: dict[int, list[AppEmoji]] = {}  # by application id, oldest first
+        self.webhooks: dict[int, FakeWebhook] = {}  # channel webhooks, by id
         self.requests: list[RecordedRequest] = []
         self.gateway_log: list[GatewayOp] = []
         self.sessions: list[Session] = []
