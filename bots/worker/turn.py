@@ -13,7 +13,7 @@ from arbiter import contract as wire
 from arbiter.contract import Tier
 from bots.errors import BotError, PostFailed
 from bots.images import prompt_images
-from bots.llm.base import DecisionRequest, LLMAuthError, LLMBadOutput, LLMError, LLMTimeout
+from bots.llm.base import DecisionRequest, ImageInput, LLMAuthError, LLMBadOutput, LLMError, LLMTimeout
 from bots.llm.tool_rounds import decide_with_tools
 from bots.memory import MEMORY_SCHEMA
 from bots.platforms.base import Posted as Shown
@@ -35,7 +35,16 @@ __all__ = ("decide", "link", "post", "provider_answered", "provider_failed", "re
 _log = logging.getLogger(__name__)
 
 
-def _request(runtime: PersonaRuntime, action: Decide) -> DecisionRequest:
+async def _images(runtime: PersonaRuntime, action: Decide) -> tuple[ImageInput, ...]:
+    """The images the model is shown: those chosen within the bounds that can be had (``bots.image_fetch``)."""
+    chosen = prompt_images(action.shown, action.status.now, runtime.config, persona=runtime.persona.id)
+    if runtime.images is None:  # nothing to check or fetch with: the addresses as they are, none the room's
+        return tuple(item.image for item in chosen if not item.local)
+    provider = runtime.provider.name.partition("/")[0]
+    return await runtime.images.shown(chosen, persona=runtime.persona.id, provider=provider, time_left=action.time_left)
+
+
+def _request(runtime: PersonaRuntime, action: Decide, images: tuple[ImageInput, ...]) -> DecisionRequest:
     persona = runtime.persona
     status, shown, own_lines, memory = action.status, list(action.shown), list(action.own_lines), action.memory
     # Its own emojis, where it can react with them (Discord, once uploaded): a nod it may choose.
@@ -50,7 +59,6 @@ def _request(runtime: PersonaRuntime, action: Decide) -> DecisionRequest:
         reactions=runtime.platform.reacts,
     )
     transcript = transcript_turn(persona, shown, status, own_lines, memory=memory, keeps_notes=True)
-    images = prompt_images(shown, status.now, runtime.config, persona=persona.id)
     return DecisionRequest(
         system=persona_prompt(persona) + "\n\n" + rules,
         turns=(dataclasses.replace(transcript, images=images),),
@@ -68,10 +76,10 @@ def _request(runtime: PersonaRuntime, action: Decide) -> DecisionRequest:
 async def decide(runtime: PersonaRuntime, channel_id: str, action: Decide, overtaken: asyncio.Event) -> Decided:
     """One model call on the claim, showing it was typing meanwhile; stopped when ``overtaken`` is set (the arbiter
     would refuse the answer, so generating the rest of it would be spent for nothing)."""
-    request = _request(runtime, action)
     # Tools to look things up are for saying something: a nod needs none, and its claim is short.
     tools = runtime.tools.specs if runtime.tools is not None and action.claim.tier is not Tier.AIZUCHI else ()
     async with runtime.platform.typing(channel_id):
+        request = _request(runtime, action, await _images(runtime, action))
         try:
             # The provider keeps to time_left_s itself; this only makes sure of it, whatever the provider (and
             # whatever the tools do).
