@@ -19,7 +19,16 @@ from bots.memory import MEMORY_SCHEMA
 from bots.platforms.base import Posted as Shown
 from bots.prompt import persona_prompt, rules_prompt, transcript_turn
 from bots.scene import scene_of
-from bots.worker.events import Answer, Decided, Failed, Overtaken, Posted, SpeakAnswered, Unusable
+from bots.worker.events import (
+    Answer,
+    Decided,
+    Failed,
+    Overtaken,
+    Posted,
+    SawBeforePosting,
+    SpeakAnswered,
+    Unusable,
+)
 from bots.worker.events import PostFailed as PostLost
 from bots.worker.looking import hear_what_was_said
 
@@ -160,8 +169,12 @@ async def speak(runtime: PersonaRuntime, channel_id: str, action: Speak, heard: 
     return SpeakAnswered(result, said_before, runtime.platform.latest_said(channel_id))
 
 
-async def post(runtime: PersonaRuntime, channel_id: str, action: Post) -> Posted | PostLost:
-    """Post the message; or, for a persona that nods with emoji, react to the message it answers."""
+async def post(runtime: PersonaRuntime, channel_id: str, action: Post) -> Posted | PostLost | SawBeforePosting:
+    """Post the message; or, for a persona that nods with emoji, react to the message it answers. Not if the account
+    has seen a person speak since the message's place was checked: the speak's answer and the post are apart by a
+    turn of a busy event loop, long enough for a question to someone else to arrive."""
+    if (seen := runtime.platform.latest_said(channel_id)) > action.seen:
+        return SawBeforePosting(action, seen)
     try:
         shown = await _deliver(runtime, channel_id, action)
     except PostFailed as error:
