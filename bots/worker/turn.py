@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import logging
 from typing import TYPE_CHECKING
 
@@ -35,32 +36,58 @@ __all__ = ("decide", "link", "post", "provider_answered", "provider_failed", "re
 _log = logging.getLogger(__name__)
 
 
-def _request(runtime: PersonaRuntime, action: Decide) -> DecisionRequest:
+def _cache_key(persona_id: str, channel_id: str) -> str:
+    """What a provider may group a persona's cached prompts by: its prompts in one channel begin alike (the rules
+    hold the channel's topic and lengths). A digest, so that no channel or persona id leaves for the provider."""
+    return "aizuchi-" + hashlib.sha256(f"{persona_id}\0{channel_id}".encode()).hexdigest()[:32]
+
+
+def _request(runtime: PersonaRuntime, channel_id: str, action: Decide) -> DecisionRequest:
     persona = runtime.persona
     status, shown, own_lines, memory = action.status, list(action.shown), list(action.own_lines), action.memory
     # Its own emojis, where it can react with them (Discord, once uploaded): a nod it may choose.
     emoji = runtime.platform.emoji_nods() if persona.react_with_emoji else ()
-    rules = rules_prompt(persona, action.actions, action.lengths, status.topic, keeps_notes=True, emoji_nods=emoji)
-    transcript = transcript_turn(persona, shown, status, own_lines, memory=memory, keeps_notes=True)
+    # Every tier's length, whatever the claim allows: the rules and the decide tool stay the same on each call of the
+    # persona here (a provider caches them); what this claim allows is said at the end of the conversation.
+    lengths = {str(tier): view.max_length for tier, view in status.tiers.items()}
+    rules = rules_prompt(persona, lengths, status.topic, keeps_notes=True, emoji_nods=emoji)
+    transcript = transcript_turn(
+        persona,
+        shown,
+        status,
+        own_lines,
+        memory=memory,
+        keeps_notes=True,
+        moves=action.actions,
+        max_lengths=lengths,
+    )
     images = prompt_images(shown, status.now, runtime.config, persona=persona.id)
     return DecisionRequest(
         system=persona_prompt(persona) + "\n\n" + rules,
         turns=(dataclasses.replace(transcript, images=images),),
         actions=action.actions,  # type: ignore[arg-type]
-        max_lengths=action.lengths,
+        max_lengths=lengths,
         time_left_s=action.time_left,
         allow_pass=action.allow_pass,
         memory_schema=MEMORY_SCHEMA,
         scene=scene_of(
-            persona, shown, status, own_lines, memory, emoji_nods=emoji, images=[image.url for image in images]
+            persona,
+            shown,
+            status,
+            own_lines,
+            memory,
+            emoji_nods=emoji,
+            images=[image.url for image in images],
+            moves=action.actions,
         ),
+        cache_key=_cache_key(persona.id, channel_id),
     )
 
 
 async def decide(runtime: PersonaRuntime, channel_id: str, action: Decide, overtaken: asyncio.Event) -> Decided:
     """One model call on the claim, showing it was typing meanwhile; stopped when ``overtaken`` is set (the arbiter
     would refuse the answer, so generating the rest of it would be spent for nothing)."""
-    request = _request(runtime, action)
+    request = _request(runtime, channel_id, action)
     # Tools to look things up are for saying something: a nod needs none, and its claim is short.
     tools = runtime.tools.specs if runtime.tools is not None and action.claim.tier is not Tier.AIZUCHI else ()
     async with runtime.platform.typing(channel_id):
