@@ -218,7 +218,17 @@ async def provider_answered(runtime: PersonaRuntime, channel_id: str, usage: Usa
 async def _report_usage(runtime: PersonaRuntime, channel_id: str, usage: Usage | None) -> None:
     if usage is None or (usage.prompt_tokens == 0 and usage.completion_tokens == 0):
         return
-    report = wire.UsageReport(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
+    # The cache's reads and writes at the model's own prices; a model the price table does not know, at the rates
+    # the arbiter assumes (those of the built-in models).
+    price = runtime.provider.price
+    rates = {} if price is None else {"cache_read_rate": price.read_rate, "cache_write_rate": price.write_rate}
+    report = wire.UsageReport(
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        **rates,
+    )
     try:
         await runtime.arbiter.report_usage(channel_id, report)
     except BotError as error:
