@@ -404,18 +404,12 @@ class UsageReport(_In):
     persona: Id | None = None
     cache_read_tokens: _bounded("tokens") = 0  # type: ignore[valid-type]
     cache_write_tokens: _bounded("tokens") = 0  # type: ignore[valid-type]
-    cache_read_rate: Annotated[float, Field(ge=0, le=1)] = Field(
+    cache_read_rate: Annotated[StrictFloat, Field(ge=0, le=1)] = Field(
         DEFAULT_READ_RATE, description="a cached input token's price as a share of an uncached one's"
     )
-    cache_write_rate: Annotated[float, Field(ge=1, le=4)] = Field(
+    cache_write_rate: Annotated[StrictFloat, Field(ge=1, le=4)] = Field(
         DEFAULT_WRITE_RATE, description="a token written to the cache: its price as a multiple of an uncached one's"
     )
-
-    @model_validator(mode="after")
-    def _cache_within_prompt(self) -> UsageReport:
-        if self.cache_read_tokens + self.cache_write_tokens > self.prompt_tokens:
-            raise ValueError("cache_read_tokens and cache_write_tokens are part of prompt_tokens: at most as many")
-        return self
 
 
 Color = Annotated[str, StringConstraints(pattern=r"^#[0-9a-fA-F]{6}$")]

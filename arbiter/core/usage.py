@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+from arbiter.core.errors import InvalidRequest
+
 __all__ = ("DEFAULT_READ_RATE", "DEFAULT_WRITE_RATE", "budget_tokens")
 
 # The rates of the built-in providers' models, for a report that names none.
@@ -28,6 +30,11 @@ def budget_tokens(
 ) -> int:
     """The tokens a call counts against the budget: ``prompt`` (every input token, the cache's ``cache_read`` and
     ``cache_write`` among them) less the cache's share, plus that share at its rates (rounded up), plus
-    ``completion``."""
-    uncached = max(0, prompt - cache_read - cache_write)
+    ``completion``. Raises InvalidRequest when the cache's share is more than the prompt it is a part of."""
+    if cache_read + cache_write > prompt:
+        raise InvalidRequest(
+            "cache_read_tokens and cache_write_tokens are part of prompt_tokens: together at most as many",
+            field="cache_read_tokens",
+        )
+    uncached = prompt - cache_read - cache_write
     return uncached + math.ceil(cache_read * read_rate + cache_write * write_rate) + completion

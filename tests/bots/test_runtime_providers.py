@@ -17,10 +17,13 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import pytest
 
+from arbiter import contract as wire
 from arbiter.contract import AuthorKind, Tier
 from arbiter.core.usage import budget_tokens
 from bots.llm import ScriptedProvider, create_provider
 from bots.tool_loop import ToolLoopRuntime
+from bots.worker.actions import Decide
+from bots.worker.turn import decide
 from tests.bots.conftest import CHANNEL
 from tests.support.eventually import eventually
 from tests.support.fleet import FAST, RecordingProvider, make_persona
@@ -393,3 +396,29 @@ async def test_a_refused_key_stops_the_persona_says_why_once_and_the_others_answ
 
 async def _spoken_after(live: Live, channel: str, seq: int, persona_id: str) -> bool:
     return any(m.seq > seq and m.author_id == persona_id for m in await live.history(channel))
+
+
+async def test_a_persona_reads_its_cached_prompt_back_on_a_claim_of_another_tier(
+    fake_llm: FakeLLMServer, live: Live, api: str
+) -> None:
+    # The worker's own decisions (bots.worker.turn.decide) on a nod's claim, then a remark's; the channel is paused so
+    # that the persona's worker makes none of its own meanwhile.
+    await live.service.update_settings(CHANNEL, {"paused": True})
+    fake_llm.script(decision("aizuchi", "Ooh."), decision("remark", "Ramen, obviously."))
+    runtime = await live.start(make_persona("aoi"), provider_for(fake_llm, api), CHANNEL)
+    await live.say(CHANNEL, "Back from the trip! Ramen or udon tonight?")
+    status = await live.status(CHANNEL, "aoi")
+    shown = tuple(await live.history(CHANNEL))
+
+    for tier, moves in ((Tier.AIZUCHI, ("pass", "aizuchi")), (Tier.REMARK, ("pass", "remark"))):
+        claim = wire.ClaimView(claim_id=f"c-{tier}", persona="aoi", tier=tier, cost=5, state=wire.SpendState.HELD)
+        action = Decide(status, claim, shown, moves, {}, 20.0, True, None, ())
+        decided = await decide(runtime, CHANNEL, action, asyncio.Event())
+        assert decided.outcome.decision.action == str(tier)  # type: ignore[union-attr]
+
+    (_, _, _, written), (_, _, read, written_again) = fake_llm.usages
+    assert written > 500 and (read, written_again) == (written, 0)  # written on the nod's claim, read on the remark's
+    assert await tokens_today(live) == spent(fake_llm)
+    [used] = (await live.service.usage_today(CHANNEL)).personas
+    assert (used.requests, used.cache_read_tokens, used.cache_write_tokens) == (2, written, written)
+    assert (runtime.stats.cache_read_tokens, runtime.stats.cache_write_tokens) == (written, written)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from arbiter.core.errors import InvalidRequest
 from arbiter.core.usage import budget_tokens
 
 
@@ -26,3 +27,8 @@ def test_cached_tokens_count_against_the_budget_at_their_own_price(
     )
 
     assert counted == weighed
+
+
+def test_the_caches_share_is_a_part_of_the_prompt() -> None:
+    with pytest.raises(InvalidRequest, match="part of prompt_tokens"):
+        budget_tokens(10, 0, cache_read=8, cache_write=8)
