@@ -260,6 +260,7 @@ async def test_state_says_when_the_bots_have_had_their_turns(room: Room) -> None
 
 
 async def test_state_shows_each_personas_tokens_with_the_prompt_caches_share(room: Room) -> None:
+    await room.call("GET", "/room/api/lobby/state")  # the room opens its channel on the first visit
     await room.service.report_usage("lobby", "hana", 1_300, 40, cache_read_tokens=1_100, cache_write_tokens=0)
     await room.service.report_usage("lobby", "hana", 1_250, 30, cache_read_tokens=0, cache_write_tokens=1_100)
 
