@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from aizuchi.run import run_bots
+from arbiter.core.usage import budget_tokens
 from bots.llm.base import ImageInput
 from tests.discord.conftest import arbiter_bot, build_world
 from tests.discord.test_run import ENDPOINTS, bots_settings, following, running_task, tokens_of
@@ -96,7 +97,10 @@ async def test_a_photo_reaches_the_personas_model_as_an_image_and_is_counted(
     assert shown_images(api, request.body) == [photo["url"]]
     charged = image_charge(api, [ImageInput(photo["url"], "image/jpeg")])
     assert charged > 0
-    assert status.tokens_today == 100 + 5 + charged
+    # The persona's stable prompt is written to the provider's cache on this first call: counted at its price.
+    [(prompt, completion, read, written)] = llm.usages
+    assert (prompt - read - written, completion) == (100 + charged, 5)
+    assert status.tokens_today == budget_tokens(prompt, completion, cache_read=read, cache_write=written)
 
 
 async def test_an_expired_image_is_skipped_with_one_line(
