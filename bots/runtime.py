@@ -56,8 +56,10 @@ class RuntimeStats:
     """What a persona did; the tests and the conversation benchmark read these."""
 
     llm_requests: int = 0
-    prompt_tokens: int = 0
+    prompt_tokens: int = 0  # every input token, those of the provider's prompt cache included
     completion_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
     claims: int = 0
     refused_claims: int = 0
     posted: Counter[str] = field(default_factory=Counter)  # by tier
@@ -77,6 +79,8 @@ class RuntimeStats:
         if usage is not None:
             self.prompt_tokens += usage.prompt_tokens
             self.completion_tokens += usage.completion_tokens
+            self.cache_read_tokens += usage.cache_read_tokens
+            self.cache_write_tokens += usage.cache_write_tokens
             self.prompt_sizes.append(usage.prompt_tokens)
 
 

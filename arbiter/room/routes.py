@@ -217,6 +217,7 @@ async def _room_state(service: ArbiterService, channel_id: str, notice: str | No
         colors={info.id: info.color for info in service.registry.views(former=True).personas if info.color},
         memories=(await service.memories(channel_id)).memories,
         notice=notice,
+        usage=(await service.usage_today(channel_id)).personas,
     )
 
 

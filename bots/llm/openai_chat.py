@@ -52,8 +52,12 @@ from bots.llm.base import (
     error_for_status,
     parse_decision_json,
 )
+from bots.llm.pricing import model_price, prefix_tokens
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from bots.llm.pricing import ModelPrice
     from bots.llm.profiles import ProviderProfile
 
 __all__ = ("DEFAULT_OPENAI_URL", "OpenAIChat")
@@ -98,8 +102,13 @@ class OpenAIChat(ChatProvider):
             error = _translate(err)
             raise (self.profile.refused(error) if isinstance(error, LLMAuthError) else error) from err
 
+    @property
+    def price(self) -> ModelPrice | None:
+        # Only OpenAI's own models are in the table: a compatible server's (Ollama's gemma4, say) gets no cache fields.
+        return model_price("openai", self.profile.model)
+
     async def complete(self, request: CompletionRequest) -> Completion:
-        params = self._params(request.system, request.turns, request.max_tokens)
+        params = self._params(request.system, request.turns, request.max_tokens, request.tools, request.cache_key)
         if request.tools:
             params["tools"] = [self._tool(tool) for tool in request.tools]
             params["tool_choice"] = _tool_choice(request.tool_choice)
@@ -109,7 +118,7 @@ class OpenAIChat(ChatProvider):
         if self.profile.structured_output != "json_schema":
             return await super().decide(request)
         system = f"{request.system}\n\n{decision_instructions(request)}".strip()
-        params = self._params(system, request.turns, request.max_tokens)
+        params = self._params(system, request.turns, request.max_tokens, (), request.cache_key)
         params["response_format"] = {
             "type": "json_schema",
             "json_schema": {"name": "decision", "schema": decision_schema(request), "strict": True},
@@ -119,14 +128,39 @@ class OpenAIChat(ChatProvider):
             raise LLMBadOutput("the model refused to decide", usage=completion.usage)
         return DecisionResult(parse_decision_json(completion.text, request, completion.usage), completion.usage)
 
-    def _params(self, system: str, turns: tuple[Turn, ...], max_tokens: int | None) -> dict[str, Any]:
-        messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    def _params(
+        self,
+        system: str,
+        turns: tuple[Turn, ...],
+        max_tokens: int | None,
+        tools: Sequence[ToolSpec],
+        cache_key: str | None,
+    ) -> dict[str, Any]:
+        price = self.price
+        messages: list[dict[str, Any]] = []
+        if system:
+            marked = (
+                price is not None
+                and price.explicit_breakpoints
+                and (prefix_tokens(system, tools) >= price.min_cacheable)
+            )
+            # The end of what a persona sends the same on every call (the tools, then the system prompt) as an explicit
+            # breakpoint: below the model's minimum, nothing would be cached, so nothing is marked.
+            part = {"type": "text", "text": system, "prompt_cache_breakpoint": {"mode": "explicit"}}
+            messages.append({"role": "system", "content": [part] if marked else system})
         messages.extend(_messages(turns, images=self.profile.images))
         params: dict[str, Any] = {
             "model": self.profile.model,
             "messages": messages,
             self.profile.max_tokens_param: max_tokens or self.profile.max_tokens,
         }
+        if price is not None:
+            if cache_key is not None:
+                params["prompt_cache_key"] = cache_key  # routes a persona's calls to where its prefix is cached
+            if price.explicit_breakpoints:
+                # No implicit breakpoint: it would be written (at 1.25x) at the newest message, which changes on
+                # every call, and never read.
+                params["prompt_cache_options"] = {"mode": "explicit"}
         if self.profile.extra_body:
             params["extra_body"] = dict(self.profile.extra_body)
         return params
@@ -259,9 +293,13 @@ def _tool_call(call: object, usage: Usage) -> ToolCall:
 def _usage(usage: object) -> Usage:
     if usage is None:
         return Usage()
+    # prompt_tokens counts every input token; the details say how many were read from the cache and written to it.
+    details = getattr(usage, "prompt_tokens_details", None)
     return Usage(
         prompt_tokens=int(getattr(usage, "prompt_tokens", None) or 0),
         completion_tokens=int(getattr(usage, "completion_tokens", None) or 0),
+        cache_read_tokens=int(getattr(details, "cached_tokens", None) or 0),
+        cache_write_tokens=int(getattr(details, "cache_write_tokens", None) or 0),
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import logging
 from typing import TYPE_CHECKING
 
@@ -53,32 +54,54 @@ async def _images(runtime: PersonaRuntime, action: Decide) -> tuple[ImageInput, 
     return await runtime.images.shown(chosen, persona=runtime.persona.id, provider=provider, time_left=action.time_left)
 
 
-def _request(runtime: PersonaRuntime, action: Decide, images: tuple[ImageInput, ...]) -> DecisionRequest:
+def _cache_key(persona_id: str, channel_id: str) -> str:
+    """What a provider may group a persona's cached prompts by: its prompts in one channel begin alike (the rules
+    hold the channel's topic and lengths). A digest, so that no channel or persona id leaves for the provider."""
+    return "aizuchi-" + hashlib.sha256(f"{persona_id}\0{channel_id}".encode()).hexdigest()[:32]
+
+
+def _request(
+    runtime: PersonaRuntime, channel_id: str, action: Decide, images: tuple[ImageInput, ...]
+) -> DecisionRequest:
     persona = runtime.persona
     status, shown, own_lines, memory = action.status, list(action.shown), list(action.own_lines), action.memory
     # Its own emojis, where it can react with them (Discord, once uploaded): a nod it may choose.
     emoji = runtime.platform.emoji_nods() if persona.react_with_emoji else ()
+    # Every tier's length, whatever the claim allows: the rules and the decide tool stay the same on each call of the
+    # persona here (a provider caches them); what this claim allows is said at the end of the conversation.
+    lengths = {str(tier): view.max_length for tier, view in status.tiers.items()}
     rules = rules_prompt(
-        persona,
-        action.actions,
-        action.lengths,
-        status.topic,
-        keeps_notes=True,
-        emoji_nods=emoji,
-        reactions=runtime.platform.reacts,
+        persona, lengths, status.topic, keeps_notes=True, emoji_nods=emoji, reactions=runtime.platform.reacts
     )
-    transcript = transcript_turn(persona, shown, status, own_lines, memory=memory, keeps_notes=True)
+    transcript = transcript_turn(
+        persona,
+        shown,
+        status,
+        own_lines,
+        memory=memory,
+        keeps_notes=True,
+        moves=action.actions,
+        max_lengths=lengths,
+    )
     return DecisionRequest(
         system=persona_prompt(persona) + "\n\n" + rules,
         turns=(dataclasses.replace(transcript, images=images),),
         actions=action.actions,  # type: ignore[arg-type]
-        max_lengths=action.lengths,
+        max_lengths=lengths,
         time_left_s=action.time_left,
         allow_pass=action.allow_pass,
         memory_schema=MEMORY_SCHEMA,
         scene=scene_of(
-            persona, shown, status, own_lines, memory, emoji_nods=emoji, images=[image.url for image in images]
+            persona,
+            shown,
+            status,
+            own_lines,
+            memory,
+            emoji_nods=emoji,
+            images=[image.url for image in images],
+            moves=action.actions,
         ),
+        cache_key=_cache_key(persona.id, channel_id),
     )
 
 
@@ -88,7 +111,7 @@ async def decide(runtime: PersonaRuntime, channel_id: str, action: Decide, overt
     # Tools to look things up are for saying something: a nod needs none, and its claim is short.
     tools = runtime.tools.specs if runtime.tools is not None and action.claim.tier is not Tier.AIZUCHI else ()
     async with runtime.platform.typing(channel_id):
-        request = _request(runtime, action, await _images(runtime, action))
+        request = _request(runtime, channel_id, action, await _images(runtime, action))
         try:
             # The provider keeps to time_left_s itself; this only makes sure of it, whatever the provider (and
             # whatever the tools do).
@@ -220,7 +243,17 @@ async def provider_answered(runtime: PersonaRuntime, channel_id: str, usage: Usa
 async def _report_usage(runtime: PersonaRuntime, channel_id: str, usage: Usage | None) -> None:
     if usage is None or (usage.prompt_tokens == 0 and usage.completion_tokens == 0):
         return
-    report = wire.UsageReport(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
+    # The cache's reads and writes at the model's own prices; a model the price table does not know, at the rates
+    # the arbiter assumes (those of the built-in models).
+    price = runtime.provider.price
+    rates = {} if price is None else {"cache_read_rate": price.read_rate, "cache_write_rate": price.write_rate}
+    report = wire.UsageReport(
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        **rates,
+    )
     try:
         await runtime.arbiter.report_usage(channel_id, report)
     except BotError as error:

@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 
 from aizuchi.run import run_room
+from arbiter.core.usage import budget_tokens
 from arbiter.settings import ArbiterSettings
 from bots.llm.base import ImageInput
 from tests.discord.test_images import seeing_profile
@@ -90,4 +91,7 @@ async def test_a_room_picture_reaches_the_model_inline_and_is_counted(
     # Charged as the server read the bytes (640 x 480), and in the day's tokens as the provider reported it.
     charged = image_charge(api, [ImageInput("data:", "image/png", 640, 480)])
     assert charged > 0
-    assert snapshot["status"]["tokens_today"] == 100 + 5 + charged
+    # The persona's stable prompt is written to the provider's cache on this first call: counted at its price.
+    [(prompt, completion, read, written)] = llm.usages
+    assert (prompt - read - written, completion) == (100 + charged, 5)
+    assert snapshot["status"]["tokens_today"] == budget_tokens(prompt, completion, cache_read=read, cache_write=written)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from aizuchi.run import run_bots
+from arbiter.core.usage import budget_tokens
 from bots.llm.base import DecisionRequest, ImageInput, LLMBadRequest, Turn
 from bots.llm.profiles import create_provider
 from tests.discord.conftest import arbiter_bot, build_world
@@ -102,7 +103,10 @@ async def test_a_photo_reaches_the_personas_model_as_an_image_and_is_counted(
     # The wire server downloaded it from the fake CDN and charged it by the dimensions its bytes give.
     charged = image_charge(api, [ImageInput(photo["url"], "image/jpeg", 1024, 768)])
     assert charged > 0
-    assert status.tokens_today == 100 + 5 + charged
+    # The persona's stable prompt is written to the provider's cache on this first call: counted at its price.
+    [(prompt, completion, read, written)] = llm.usages
+    assert (prompt - read - written, completion) == (100 + charged, 5)
+    assert status.tokens_today == budget_tokens(prompt, completion, cache_read=read, cache_write=written)
 
 
 async def test_an_expired_image_is_skipped_with_one_line(
@@ -172,7 +176,9 @@ async def test_an_image_that_cannot_be_downloaded_is_skipped_and_the_message_ans
     [request] = llm.requests
     assert shown_images(api, request.body) == []
     assert "[attached: cat.png]" in json.dumps(request.body)  # the message is read by its text
-    assert status.tokens_today == 100 + 5
+    [(prompt, completion, read, written)] = llm.usages
+    assert (prompt - read - written, completion) == (100, 5)  # no image charged
+    assert status.tokens_today == budget_tokens(prompt, completion, cache_read=read, cache_write=written)
     skipped = [line for line in caplog.messages if "skipping an image" in line]
     expected = "its address answered 404" if what == "deleted" else "not an image"
     assert len(skipped) == 1 and skipped[0].startswith("persona=rin: skipping an image of message ")

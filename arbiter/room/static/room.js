@@ -36,6 +36,7 @@
     heldBack: {}, // persona id -> {reason, detail, retry_after}: why the arbiter would refuse it any turn now
     heldBackAt: 0, // when heldBack was read (its retry_after counts from then)
     memories: new Map(), // persona id -> its notes on this conversation ({seq, state, ...})
+    usage: new Map(), // persona id -> its LLM tokens here today ({requests, prompt_tokens, cache_read_tokens, ...})
     messages: new Map(), // seq -> <li>
     activity: new Map(), // persona id -> {what, until}
     levels: [], // [{t: ms, level, capacity}], oldest first
@@ -477,6 +478,14 @@
     return held ? HELD_LABELS[held] || "quiet" : "waiting";
   }
 
+  // A persona's tokens today: what went in (and how much of it the provider's prompt cache read and wrote), out.
+  function usageText(used) {
+    const n = (count) => count.toLocaleString("en");
+    const cached = used.cache_read_tokens || used.cache_write_tokens
+      ? ` (cache ${n(used.cache_read_tokens)} read, ${n(used.cache_write_tokens)} written)` : "";
+    return `${n(used.prompt_tokens)} in${cached}, ${n(used.completion_tokens)} out today`;
+  }
+
   function showPersonas() {
     if (!state.loaded) return;
     const personas = [...state.personas.values()];
@@ -489,10 +498,12 @@
       if (held && held.detail) attrs.title = held.detail;
       // An external agent (an MCP client with a token of its own) takes part like a persona; the room says which.
       const agent = persona.kind === "agent" ? [el("span", { class: "hint", text: "agent" })] : [];
+      const used = state.usage.get(persona.id);
+      const tokens = used ? [el("span", { class: "hint usage", text: usageText(used) })] : [];
       return el(
         "li",
         attrs,
-        el("span", { class: "member" }, chip(persona.display_name, colorOf(persona.id)), ...agent),
+        el("span", { class: "member" }, chip(persona.display_name, colorOf(persona.id)), ...agent, ...tokens),
         el("span", { class: `activity activity-${what}`, text: what }),
       );
     });
@@ -643,6 +654,7 @@
     state.heldBackAt = Date.now();
     state.status = room.status;
     state.memories = new Map((room.memories || []).map((memory) => [memory.persona, memory]));
+    state.usage = new Map((room.usage || []).map((used) => [used.persona, used]));
     applySettings(room.settings);
     showNotice(room.notice);
     showCannotSpeak();

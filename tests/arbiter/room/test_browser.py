@@ -674,10 +674,13 @@ async def test_the_room_says_why_the_personas_are_quiet(browser: Browser) -> Non
 
         # Today's tokens are spent: quiet until the budget resets, which the room says when.
         await room.settled("lobby")
-        await service.report_usage("lobby", "rin", 90, 10)
+        await service.report_usage("lobby", "rin", 90, 10, cache_read_tokens=60, cache_write_tokens=20)
         await page.fill("#s-budget", "50")
         await page.click("#apply")
         await quiet.filter(has_text="Today's token budget is spent").wait_for()
+        # Beside the persona, its tokens today, the provider's prompt cache's share apart.
+        usage = page.locator('#personas li[data-persona="rin"] .usage')
+        await usage.filter(has_text="90 in (cache 60 read, 20 written), 10 out today").wait_for()
         text = await quiet.text_content() or ""
         assert re.search(r"resets at \d{1,2}:\d{2}( [AP]M)? \(in (\d+ h )?\d+ min\)", text), text
         await all_personas(page, "quiet")
