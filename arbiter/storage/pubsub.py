@@ -42,6 +42,8 @@ _MAX_PAYLOAD = 7_900
 # Characters of a larger event's JSON per notification: even at 4 bytes each, or 2 for a JSON escape, a part
 # stays under the limit with its envelope.
 _PART = 1_500
+# How long a read waits for the round trip on the listening connection before it reads the channel's version.
+_ROUND_TRIP_S = 5.0
 # Channels' versions per notification: ids are at most 64 characters (ASCII), versions at most 19 digits, so these
 # take under half of one.
 _VERSIONS_PER_NOTIFICATION = 40
@@ -150,15 +152,16 @@ class PostgresRelay:
             self._round_wanted.clear()
             waiting, self._waiting = self._waiting, []
             try:
-                # As cheap a command as the server answers (asyncpg fails on an empty query).
-                await driver.execute("SELECT 1")
+                # As cheap a command as the server answers (asyncpg fails on an empty query). A link to the database
+                # that stalls must not hold the reads up for long: they read what they need instead.
+                await driver.execute("SELECT 1", timeout=_ROUND_TRIP_S)
             except BaseException as error:
                 # Whatever it was, the reads waiting must not wait forever: they read what they need instead.
                 self._answer(waiting, caught_up=False)
                 if not isinstance(error, (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)):
-                    raise
-                _log.debug("no round trip on the listening connection: %s", error)
-                return
+                    raise  # (TimeoutError is an OSError)
+                _log.info("no round trip on the listening connection (%s): reads check versions", error)
+                continue  # the next reads try again; a lost connection ends this task
             self._answer(waiting, caught_up=True)
 
     @staticmethod
