@@ -22,6 +22,7 @@ import json
 import math
 import random
 import statistics
+import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -35,6 +36,7 @@ from aiohttp import web
 from arbiter.contract import AuthorKind, Tier
 from arbiter.server import open_arbiter
 from arbiter.settings import ArbiterSettings
+from bench.confine import ConfineError, empty_database
 from bench.prompt_cache import (
     BUSY_DAY_MESSAGES,
     BUSY_DAY_PACE_S,
@@ -370,17 +372,20 @@ async def _run_mode(mode: str, args: argparse.Namespace, scratch: Path) -> ModeR
     speed = args.speed
     personas = load_personas(Path(args.personas_dir), args.personas.split(","))
     tokens = {p.id: f"bench-{p.id}-token-0000000000" for p in personas}
-    settings = ArbiterSettings(
-        database_url=f"sqlite:///{scratch / f'{mode}.db'}", persona_tokens=tokens, _env_file=None
-    )
+    url = f"sqlite:///{scratch / f'{mode}.db'}"
+    if args.database_url is not None:
+        url = args.database_url
+        await empty_database(url)  # each mode on it as on a scratch one
+    settings = ArbiterSettings(database_url=url, persona_tokens=tokens, _env_file=None)
     log = PromptLog(speed=speed)
     room = MemoryRoom()
     async with open_arbiter(settings) as arbiter:
         runner = web.AppRunner(arbiter.app, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
+        site = web.TCPSite(runner, "127.0.0.1", args.port)
         await site.start()
         port = runner.addresses[0][1]
+        print(f"{mode}: the arbiter's API at http://127.0.0.1:{port}", flush=True)
         await arbiter.service.ensure_channel(
             CHANNEL,
             {
@@ -538,6 +543,10 @@ async def run_benchmark(args: argparse.Namespace) -> int:
         f" seed {args.seed}\n"
     )
     with tempfile.TemporaryDirectory() as scratch:
-        results = [await _run_mode(mode, args, Path(scratch)) for mode in modes]
+        try:
+            results = [await _run_mode(mode, args, Path(scratch)) for mode in modes]
+        except ConfineError as error:
+            print(f"aizuchi bench conversation: {error}", file=sys.stderr)
+            return 2
     _print(results, args)
     return 0
