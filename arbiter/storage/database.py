@@ -41,6 +41,11 @@ _log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+# How long one statement, or opening a connection, may take on PostgreSQL before the operation fails as the
+# database being unavailable (503): well under a persona's client timeout (10 s), so the persona hears why
+# even when its request waited behind another batch that timed out first.
+DATABASE_TIMEOUT_S = 3.0
+
 
 def normalize_url(url: str) -> URL:
     """Accept the URLs people write (sqlite:///x.db, postgresql://...) and pick the drivers we ship."""
@@ -118,17 +123,24 @@ class Database:
 
 
 class PostgresDatabase(Database):
-    def __init__(self, url: URL, *, pool_size: int) -> None:
+    def __init__(self, url: URL, *, pool_size: int, timeout_s: float | None = DATABASE_TIMEOUT_S) -> None:
         super().__init__(url)
         # No pool_pre_ping: on asyncpg it costs three round trips (BEGIN, a ping, ROLLBACK) at every checkout, more
         # than many of the writer's transactions. A connection the server closed (a restart, a terminated backend)
         # is closed on our side as soon as the event loop reads its end, and is replaced at checkout instead.
-        self.engine: AsyncEngine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size)
+        # Bounded waits on the server: a database cut off without a word (a network partition drops packets, it
+        # sends no reset) would otherwise hold every request until the client gave up, with no reason given. Past
+        # these, asyncpg raises TimeoutError, which the writer fails as a lost database (503 storage_unavailable).
+        # (Not for migrations: see ``unbounded``.)
+        bounds = {} if timeout_s is None else {"timeout": timeout_s, "command_timeout": timeout_s}
+        self.engine: AsyncEngine = create_async_engine(
+            url, pool_size=pool_size, max_overflow=pool_size, connect_args=bounds
+        )
         # Reads run in autocommit: no BEGIN and ROLLBACK around them, two round trips fewer; each statement sees
         # what was committed when it began, as in a READ COMMITTED transaction. Their connections are made so
         # (setting it at each checkout, and back at each return, cost a read a third more of the arbiter's CPU).
         self.reader: AsyncEngine = create_async_engine(
-            url, pool_size=pool_size, max_overflow=pool_size, isolation_level="AUTOCOMMIT"
+            url, pool_size=pool_size, max_overflow=pool_size, isolation_level="AUTOCOMMIT", connect_args=bounds
         )
         for engine in (self.engine, self.reader):
             event.listen(engine.sync_engine, "checkout", _replace_closed)
@@ -140,6 +152,11 @@ class PostgresDatabase(Database):
     async def write(self, fn: Callable[..., T], *args: Any) -> T:
         async with self.engine.begin() as conn:
             return await conn.run_sync(fn, *args)
+
+    def unbounded(self) -> PostgresDatabase:
+        """The same database without the time bound on statements, for the migrations at start-up: one may
+        rewrite a large table, or wait for another process's to end (they take turns, under a lock)."""
+        return PostgresDatabase(self.url, pool_size=1, timeout_s=None)
 
     def held(self) -> HeldConnection:
         """A connection in autocommit for one user that runs one thing at a time (the batch writer)."""
