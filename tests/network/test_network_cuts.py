@@ -38,7 +38,7 @@ from tests.conftest import ADMIN_TOKEN, PERSONA_TOKENS
 from tests.support.arbiters import Api
 from tests.support.eventually import eventually
 from tests.support.lab_postgres import lab_postgres
-from tests.support.netns import CONTROL, Lab
+from tests.support.netns import Lab
 
 if TYPE_CHECKING:
     import subprocess
@@ -218,7 +218,7 @@ async def test_the_fleet_keeps_its_promises_while_links_fail(tmp_path: Path) -> 
 
             # The end: every host's stream reaches the last message of every channel.
             await _settled(fleet)
-            await _check(fleet, lab)
+            await _check(fleet)
 
 
 async def _history(database: str) -> tuple[dict[str, list[tuple[int, str]]], list[asyncpg.Record]]:
@@ -255,7 +255,7 @@ async def _settled(fleet: Fleet) -> None:
         assert process.returncode == 0, f"{host} exited with {process.returncode}"
 
 
-async def _check(fleet: Fleet, lab: Lab) -> None:
+async def _check(fleet: Fleet) -> None:
     history, spends = await _history(fleet.database)
     said = {(channel, seq): text for channel, lines in history.items() for seq, text in lines}
     for host in PERSONAS:
@@ -281,4 +281,3 @@ async def _check(fleet: Fleet, lab: Lab) -> None:
             moment = row["created_at"]
             held = sum(r["cost"] for r in ledger if r["created_at"] <= moment < r["refund_at"])
             assert held <= CAPACITY, f"{channel} overdrawn at {moment}: {held}"
-    _ = (lab, CONTROL)

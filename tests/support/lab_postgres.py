@@ -14,6 +14,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -113,8 +114,10 @@ async def lab_postgres(lab: Lab, host: str) -> AsyncIterator[str]:
         await eventually(ready, what="the lab's PostgreSQL to accept connections", every=0.05)
         yield f"postgresql://{_USER}@{address}:{PORT}/postgres"
     finally:
-        if server is not None and server.poll() is None:
-            # Before its files go: a server whose folder vanished fails every query with a misleading error.
-            server.kill()
+        if server is not None:
+            # Before its files go: a server whose folder vanished fails every query with a misleading error. The
+            # whole group: the postmaster's backends too.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(server.pid, signal.SIGKILL)
             server.wait(timeout=10)
         shutil.rmtree(folder, ignore_errors=True)
