@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import asyncpg
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import DBAPIError, DisconnectionError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from arbiter.storage.errors import StorageError
@@ -199,6 +199,12 @@ class HeldConnection:
         except DBAPIError as error:
             if error.connection_invalidated:
                 await self.close()
+            raise
+        except (StatementError, OSError):
+            # A statement that timed out (asyncpg's command_timeout: a TimeoutError, which SQLAlchemy wraps) leaves
+            # the connection busy with it: used again, asyncpg refuses ("another operation is in progress") until
+            # the server answers, which over a cut link is never. Let it go; the next use opens another.
+            await self.close()
             raise
 
     async def fetch(self, sql: str, *args: Any) -> list[Any]:

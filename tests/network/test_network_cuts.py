@@ -150,16 +150,22 @@ async def _more(
 
 
 async def _listen_ports(database: str, lab: Lab) -> dict[str, int]:
-    """Each arbiter host's LISTEN connection to PostgreSQL, by its client port."""
-    conn = await asyncpg.connect(database, timeout=10)
-    try:
-        rows = await conn.fetch(
-            "SELECT host(client_addr) AS addr, client_port FROM pg_stat_activity WHERE query LIKE 'LISTEN%'"
-        )
-    finally:
-        await conn.close()
+    """Each arbiter host's LISTEN connection to PostgreSQL, by its client port, once both listen: an arbiter cut
+    from the database may still be connecting its listener again (it retries with a back-off)."""
     by_address = {host.address: name for name, host in lab.hosts.items()}
-    return {by_address[row["addr"]]: row["client_port"] for row in rows}
+
+    async def listening() -> dict[str, int]:
+        conn = await asyncpg.connect(database, timeout=10)
+        try:
+            rows = await conn.fetch(
+                "SELECT host(client_addr) AS addr, client_port FROM pg_stat_activity WHERE query LIKE 'LISTEN%'"
+            )
+        finally:
+            await conn.close()
+        ports = {by_address[row["addr"]]: row["client_port"] for row in rows}
+        return ports if set(ports) == {"arbiter1", "arbiter2"} else {}
+
+    return await eventually(listening, what="both arbiters to listen for notifications", every=0.1)
 
 
 async def test_the_fleet_keeps_its_promises_while_links_fail(tmp_path: Path) -> None:
@@ -208,7 +214,6 @@ async def test_the_fleet_keeps_its_promises_while_links_fail(tmp_path: Path) -> 
             # 4. Both arbiters' notifications cut (their LISTEN connections, nothing else): every write still
             # committed against the database's versions; the streams catch up once the notifications flow.
             ports = await _listen_ports(fleet.database, lab)
-            assert set(ports) == {"arbiter1", "arbiter2"}, ports
             since = time.time()
             for host, port in ports.items():
                 lab.cut_port(host, port)
