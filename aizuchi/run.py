@@ -229,11 +229,15 @@ async def _discord_personas(
     """Every persona that has a Discord token, on Discord, until cancelled; raises FleetStopped once all of them
     have stopped for good. One that stops alone is logged, and the others go on."""
     from aizuchi.connection import Account, stay_connected
+    from bots.affinity import ChannelShare
     from bots.discord_client import PersonaClient
     from bots.platforms.discord import DiscordPlatform
 
     ready = Cast([p for p in cast.personas if p.id in discord_tokens], cast.profiles)
-    clients = {p.id: PersonaClient() for p in ready.personas}
+    share = ChannelShare.parse(bots.channel_share) if bots.channel_share else None
+    if share is not None:
+        _log.info("this process takes part in share %s of the channels", share)
+    clients = {p.id: PersonaClient(share=share) for p in ready.personas}
     async with (
         aiohttp.ClientSession() as session,
         open_fleet(
