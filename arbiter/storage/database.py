@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import asyncpg
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import DBAPIError, DisconnectionError, StatementError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, SQLAlchemyError, StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from arbiter.storage.errors import StorageError
@@ -146,8 +146,14 @@ class PostgresDatabase(Database):
             event.listen(engine.sync_engine, "checkout", _replace_closed)
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
-        async with self.reader.connect() as conn:
-            return await conn.run_sync(fn, *args)
+        try:
+            async with self.reader.connect() as conn:
+                return await conn.run_sync(fn, *args)
+        except (SQLAlchemyError, OSError) as error:
+            # The database's failures as the storage's one error (503 storage_unavailable), as the writer's are: a
+            # statement past its time bound was a bare TimeoutError, which aiohttp answers 504 without a word.
+            _log.warning("database read failed: %s", error)
+            raise StorageError(f"database error: {type(error).__name__}") from error
 
     async def write(self, fn: Callable[..., T], *args: Any) -> T:
         async with self.engine.begin() as conn:

@@ -189,6 +189,12 @@ async def test_the_fleet_keeps_its_promises_while_links_fail(tmp_path: Path) -> 
             lab.cut("arbiter1", "pg")
             await _more(fleet, "unavailable", ON_FIRST, since, hosts=("persona2",), n=1)
             await _more(fleet, "ack", ON_SECOND, since)
+            # A read too (the history is read from the database, not from the writer's memory).
+            async with aiohttp.ClientSession() as session:
+                read = await Api(session, {}, fleet.urls[0]).request(
+                    "GET", f"/v1/channels/{ON_FIRST[0]}/history", "admin"
+                )
+            assert read[0] == 503 and read[1]["error"]["code"] == "storage_unavailable", read
             lab.heal("arbiter1", "pg")
             healed = time.time()
             await _more(fleet, "ack", ON_FIRST, healed)
