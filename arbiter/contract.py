@@ -486,7 +486,9 @@ class PersonaPolicyPatch(_In):
 
 class ImageView(_Out):
     """An image shown with a message: a reference, never the bytes. ``expires_at``: when the url stops answering
-    (Discord's signed attachment addresses expire); a persona skips an image past it."""
+    (Discord's signed attachment addresses expire); a persona skips an image past it. ``local``: the arbiter holds
+    the bytes at ``url`` (an image given to the local room), an address no model provider can reach, so a persona
+    fetches them and sends them inline."""
 
     url: str
     content_type: str
@@ -494,6 +496,7 @@ class ImageView(_Out):
     width: int | None = None
     height: int | None = None
     expires_at: float | None = None
+    local: bool = False
 
 
 class MessageView(_Out):

@@ -85,15 +85,17 @@ def rules_prompt(
     *,
     keeps_notes: bool = False,
     emoji_nods: Sequence[str] = (),
+    reactions: bool = True,
 ) -> str:
-    """``emoji_nods``: the persona's own emojis it may nod with here (``:name:``), each shown as a reaction."""
+    """``emoji_nods``: the persona's own emojis it may nod with here (``:name:``), each shown as a reaction;
+    ``reactions``: whether the platform shows an emoji nod as a reaction (a webhook posts it as a message)."""
 
     def guide(action: str) -> str:
         line = f"- {action}: {_TIER_GUIDE[action]}"
         if action in max_lengths:
             line += f" ({length_limit(max_lengths[action])})"
         if action == Tier.AIZUCHI and persona.react_with_emoji:
-            line += "; a single emoji works too, shown as a reaction"
+            line += "; a single emoji works too" + (", shown as a reaction" if reactions else "")
             if emoji_nods:
                 line += f", and so do your own emojis, written just so: {' '.join(emoji_nods)}"
         return line

@@ -20,6 +20,7 @@ the request's ``time_left_s`` (see there).
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,7 @@ from bots.llm.base import (
     CompletionRequest,
     DecisionRequest,
     DecisionResult,
+    ImageInput,
     LLMAuthError,
     LLMBadOutput,
     LLMError,
@@ -183,7 +185,7 @@ def _messages(turns: tuple[Turn, ...], *, images: bool) -> list[dict[str, Any]]:
             for result in turn.tool_results
         ]
         if images:  # before the text, as Anthropic's vision guide advises
-            blocks.extend({"type": "image", "source": {"type": "url", "url": image.url}} for image in turn.images)
+            blocks.extend({"type": "image", "source": _image_source(image)} for image in turn.images)
         if turn.text:
             blocks.append({"type": "text", "text": turn.text})
         blocks.extend(
@@ -196,6 +198,14 @@ def _messages(turns: tuple[Turn, ...], *, images: bool) -> list[dict[str, Any]]:
         only_text = len(blocks) == 1 and blocks[0]["type"] == "text"
         messages.append({"role": turn.role, "content": turn.text if only_text else blocks})
     return messages
+
+
+def _image_source(image: ImageInput) -> dict[str, str]:
+    """By address, which the API fetches; or inline (``base64``, with its media type) when the runtime holds its
+    bytes (Anthropic's vision guide: the two source kinds)."""
+    if image.data is None:
+        return {"type": "url", "url": image.url}
+    return {"type": "base64", "media_type": image.media_type, "data": base64.b64encode(image.data).decode("ascii")}
 
 
 def _completion(message: object) -> Completion:

@@ -145,13 +145,15 @@ class ToolResult:
 
 @dataclass(frozen=True, slots=True)
 class ImageInput:
-    """An image the model is shown, by address (the provider fetches it): a person's attachment, say. ``width``
-    and ``height`` (pixels, when known) are for estimating what it costs."""
+    """An image the model is shown: a person's attachment, say. By address (the provider fetches it), or inline when
+    ``data`` holds its bytes (an address no provider can reach: the local room's). ``width`` and ``height``
+    (pixels, when known) are for estimating what it costs."""
 
     url: str
     media_type: str
     width: int | None = None
     height: int | None = None
+    data: bytes | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ the request's ``time_left_s`` (see there).
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ from bots.llm.base import (
     CompletionRequest,
     DecisionRequest,
     DecisionResult,
+    ImageInput,
     LLMAuthError,
     LLMBadOutput,
     LLMError,
@@ -199,7 +201,7 @@ def _messages(turns: tuple[Turn, ...], *, images: bool) -> list[dict[str, Any]]:
         if shown:
             # Detail "auto" (the API's default); bots.images estimates its cost as "high", the most it may be.
             parts: list[dict[str, Any]] = [
-                {"type": "image_url", "image_url": {"url": image.url, "detail": "auto"}} for image in shown
+                {"type": "image_url", "image_url": {"url": _image_url(image), "detail": "auto"}} for image in shown
             ]
             if turn.text:
                 parts.append({"type": "text", "text": turn.text})
@@ -284,3 +286,11 @@ def _translate_status(err: openai.APIStatusError) -> LLMError:
     message = body.get("message") if isinstance(body.get("message"), str) else err.message
     detail = f"OpenAI-compatible API {status}: {message}"
     return error_for_status(status, detail, err.response.headers)
+
+
+def _image_url(image: ImageInput) -> str:
+    """Its address, which the API fetches; or, when the runtime holds its bytes, a base64 data URL of them (OpenAI's
+    images and vision guide: "data:image/jpeg;base64,...")."""
+    if image.data is None:
+        return image.url
+    return f"data:{image.media_type};base64,{base64.b64encode(image.data).decode('ascii')}"

@@ -129,7 +129,7 @@ from anthropic.types.message_create_params import MessageCreateParamsNonStreamin
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
 
 from bots.llm.profiles import BUILTIN_PROFILES, ProviderProfile
-from tests.support.llm_images import ImageRefused, claude_images, gpt_images, image_charge
+from tests.support.llm_images import ImageRefused, claude_images, fetch_images, gpt_images, image_charge
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
@@ -676,7 +676,9 @@ class FakeLLMServer:
         return [request.body for request in self.requests if api is None or request.api == api]
 
     async def start(self) -> None:
-        app = web.Application()
+        # Bodies as large as the APIs take (Anthropic's Messages API: 32 MB a request), not aiohttp's 1 MB: inline
+        # images make large requests.
+        app = web.Application(client_max_size=32 * 1024 * 1024)
         app.router.add_post("/v1/messages", self._anthropic)
         app.router.add_post("/v1/chat/completions", self._openai)
         app.router.add_get("/v1/models", self._models)
@@ -715,7 +717,7 @@ class FakeLLMServer:
             return refused
         try:
             _check_anthropic(body)
-            images = claude_images(body["messages"])
+            images = await fetch_images("anthropic", claude_images(body["messages"]))
         except _Refused as refused:
             return self._refuse("anthropic", refused)
         except ImageRefused as refused:
@@ -783,11 +785,11 @@ class FakeLLMServer:
                 self.ignored.extend(_check_ollama(body, self.ollama))
             else:
                 _check_openai(body, lenient=self.lenient)
-            images = gpt_images(body.get("messages") if isinstance(body, dict) else None)
+            images = await fetch_images("openai", gpt_images(body.get("messages") if isinstance(body, dict) else None))
         except _Refused as refused:
             return self._refuse("openai", refused)
         except ImageRefused as refused:
-            return self._refuse("openai", _Refused(refused.message, param=refused.param))
+            return self._refuse("openai", _Refused(refused.message, param=refused.param, code=refused.code))
         reply = await self._next()
         if reply is None:
             return _unscripted("openai")

@@ -66,7 +66,9 @@
 
   async function request(method, path, body) {
     const options = { method, headers: {} };
-    if (body !== undefined) {
+    if (body instanceof FormData) {
+      options.body = body; // multipart: the browser sets the type with its boundary
+    } else if (body !== undefined) {
       options.headers["Content-Type"] = "application/json";
       options.body = JSON.stringify(body);
     }
@@ -179,7 +181,74 @@
       ? el("p", { class: "text", lang, text: message.text })
       : el("p", { class: "text" }, ...cjkRuns(message.text));
     item.append(head, text);
+    const pictures = picturesNode(message);
+    if (pictures) item.append(pictures);
     return item;
+  }
+
+  // The pictures a person showed with a message: those the room holds (local), by their path here. Another site's
+  // picture (a Discord attachment) is not fetched: the page shows only what the arbiter serves.
+  function picturesNode(message) {
+    const held = (message.images || []).filter((image) => image.local);
+    if (!held.length) return null;
+    const node = el("div", { class: "pictures" });
+    for (const image of held) {
+      const src = new URL(image.url).pathname;
+      const attrs = { src, alt: `a picture ${message.author_name} showed`, loading: "lazy", decoding: "async" };
+      if (image.width && image.height) Object.assign(attrs, { width: image.width, height: image.height });
+      const picture = el("img", attrs);
+      picture.addEventListener("error", () =>
+        link.replaceWith(el("span", { class: "picture-gone", text: "(a picture the room no longer holds)" })),
+      );
+      const link = el("a", { href: src, target: "_blank", rel: "noopener" }, picture);
+      node.append(link);
+    }
+    return node;
+  }
+
+  // --- pictures to send: picked, pasted or dropped; shown until sent or taken back ---
+
+  const pending = []; // { file, url }: url is a blob: address of the file, for its preview
+
+  function addPictures(files) {
+    const refused = [];
+    for (const file of files) {
+      if (!file.type.startsWith("image/")) {
+        refused.push(file.name || "that file");
+        continue;
+      }
+      pending.push({ file, url: URL.createObjectURL(file) });
+    }
+    showAttachments();
+    if (refused.length) showError($("say-error"), { message: `Not a picture: ${refused.join(", ")}.` });
+  }
+
+  function takeBack(entry) {
+    pending.splice(pending.indexOf(entry), 1);
+    URL.revokeObjectURL(entry.url);
+    showAttachments();
+  }
+
+  function clearPictures() {
+    for (const entry of pending.splice(0)) URL.revokeObjectURL(entry.url);
+    showAttachments();
+  }
+
+  function showAttachments() {
+    const list = $("attachments");
+    list.replaceChildren(
+      ...pending.map((entry) => {
+        const name = entry.file.name || "a pasted picture";
+        const remove = el("button", { type: "button", class: "secondary", "aria-label": `Take back ${name}` }, "×");
+        remove.addEventListener("click", () => takeBack(entry));
+        return el("li", { class: "attachment" }, el("img", { src: entry.url, alt: name }), remove);
+      }),
+    );
+    list.hidden = !pending.length;
+  }
+
+  function imageFiles(transfer) {
+    return [...((transfer && transfer.files) || [])].filter((file) => file.type.startsWith("image/"));
   }
 
   // Chinese, Japanese and Korean characters (with their punctuation and full-width forms). A nod is set in italics,
@@ -1033,6 +1102,32 @@
         $("composer").requestSubmit();
       }
     });
+    // A picture pasted into the message box joins the message (the text pasted with it, if any, still goes in).
+    text.addEventListener("paste", (event) => {
+      const files = imageFiles(event.clipboardData);
+      if (!files.length) return;
+      if (!event.clipboardData.types.includes("text/plain")) event.preventDefault();
+      addPictures(files);
+    });
+    $("attach").addEventListener("click", () => $("picture").click());
+    $("picture").addEventListener("change", (event) => {
+      addPictures([...event.target.files]);
+      event.target.value = ""; // the same file may be picked again
+    });
+    const composer = $("composer");
+    composer.addEventListener("dragover", (event) => {
+      if (![...event.dataTransfer.types].includes("Files")) return;
+      event.preventDefault();
+      composer.dataset.dropping = "";
+    });
+    composer.addEventListener("dragleave", () => delete composer.dataset.dropping);
+    composer.addEventListener("drop", (event) => {
+      delete composer.dataset.dropping;
+      if (!event.dataTransfer.files.length) return;
+      event.preventDefault();
+      addPictures([...event.dataTransfer.files]);
+    });
+
     $("composer").addEventListener("submit", async (event) => {
       event.preventDefault();
       const error = $("say-error");
@@ -1042,14 +1137,24 @@
         name.focus();
         return;
       }
-      if (!body.text) {
+      if (!body.text && !pending.length) {
         text.focus();
         return;
       }
       const send = $("send");
       send.disabled = true;
       try {
-        await request("POST", "say", body);
+        if (pending.length) {
+          // With pictures, a form: the arbiter checks each from its bytes and says which one it cannot take.
+          const form = new FormData();
+          form.append("name", body.name);
+          form.append("text", body.text);
+          for (const entry of pending) form.append("image", entry.file, entry.file.name || "pasted-picture");
+          await request("POST", "say", form);
+          clearPictures();
+        } else {
+          await request("POST", "say", body);
+        }
         showError(error, null);
         text.value = "";
       } catch (failure) {
