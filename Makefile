@@ -6,6 +6,8 @@ BIN := $(VENV)/bin
 # does not work on machines without internet access). Set before the rules: make expands prerequisites as it
 # reads them.
 BROWSER := /usr/bin/chromium
+# nftables cuts the links between the network-cut tests' hosts (tests/network; iproute2 makes the hosts).
+NFT := /usr/sbin/nft
 # The JavaScript MCP clients the MCP tests drive (tests/js/package.json, pinned by its package-lock.json).
 JS_CLIENTS := tests/js/node_modules/.installed
 
@@ -33,7 +35,7 @@ endif
 run: $(VENV)/.installed
 	$(if $(QUIET_RUN),+)@$(BIN)/aizuchi run || exit 1
 
-test: $(VENV)/.installed-dev $(BROWSER) $(JS_CLIENTS)
+test: $(VENV)/.installed-dev $(BROWSER) $(NFT) $(JS_CLIENTS)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -69,6 +71,14 @@ $(BROWSER):
 		echo "note: 'sudo apt-get install chromium' for the room's browser test (it skips without one)"; exit 0; fi; \
 	echo "installing Debian's chromium for the room's browser test"; \
 	$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium >/dev/null
+
+$(NFT):
+	@if ! command -v apt-get >/dev/null; then \
+		echo "note: install nftables for the network-cut tests (they skip without it)"; exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then sudo=; elif sudo -n true 2>/dev/null; then sudo=sudo; else \
+		echo "note: 'sudo apt-get install nftables' for the network-cut tests (they skip without it)"; exit 0; fi; \
+	echo "installing Debian's nftables for the network-cut tests"; \
+	$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq nftables iproute2 >/dev/null
 
 $(JS_CLIENTS): tests/js/package-lock.json
 	@if ! command -v npm >/dev/null; then \

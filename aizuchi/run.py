@@ -247,13 +247,19 @@ async def _discord_personas(
     import discord
 
     from aizuchi.connection import Account, stay_connected
+    from bots.affinity import ChannelShare
     from bots.discord_client import PersonaClient
     from bots.platforms.discord import DiscordPlatform
     from bots.platforms.webhook import ChannelHooks, WebhookPlatform
     from bots.webhook_client import WebhookPersonas
 
     ready = Cast([p for p in cast.personas if p.id in discord_tokens or webhook_token], cast.profiles)
-    clients: dict[str, discord.Client] = {p.id: PersonaClient() for p in ready.personas if p.id in discord_tokens}
+    share = ChannelShare.parse(bots.channel_share) if bots.channel_share else None
+    if share is not None:
+        _log.info("this process takes part in share %s of the channels", share)
+    clients: dict[str, discord.Client] = {
+        p.id: PersonaClient(share=share) for p in ready.personas if p.id in discord_tokens
+    }
     hooked = [p for p in ready.personas if p.id not in discord_tokens]
     hooks_client = discord.Client(intents=discord.Intents.none(), allowed_mentions=discord.AllowedMentions.none())
     hooks = ChannelHooks(hooks_client)
@@ -280,7 +286,7 @@ async def _discord_personas(
             task = asyncio.create_task(acting_as(persona.id, work))
             tasks[task], connections[task] = [persona], client
         if hooked and webhook_token is not None:
-            through = WebhookPersonas([fleet.runtimes[p.id] for p in hooked], hooks_client, hooks)
+            through = WebhookPersonas([fleet.runtimes[p.id] for p in hooked], hooks_client, hooks, share=share)
             task = asyncio.create_task(acting_as("webhooks", _posting_through_webhooks(through, webhook_token)))
             tasks[task], connections[task] = hooked, hooks_client
         try:

@@ -7,19 +7,25 @@ writes in every transaction; a channel whose requests all reach one process keep
 persona process (and the benchmark) sends a channel's requests to the same process: the one a stable hash of the
 channel id picks, the same everywhere the URLs are listed in the same order. When it cannot be reached the next
 one in the list takes over; any process can serve any channel, so this changes only where the work is done.
+
+The same hash splits a fleet's channels between persona processes (``ChannelShare``): with as many persona
+processes as arbiter processes, and the shares numbered as the URLs are listed, each persona process's channels
+are the ones its arbiter serves.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 import urllib.parse
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-__all__ = ("Affinity", "home", "parse_arbiter_urls")
+__all__ = ("Affinity", "ChannelShare", "home", "parse_arbiter_urls")
 
 
 def parse_arbiter_urls(value: str) -> tuple[str, ...]:
@@ -103,3 +109,35 @@ class Affinity:
     def reachable(self, url: str) -> None:
         if self._unreachable:
             self._unreachable.pop(url, None)
+
+
+_MOST_SHARES = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelShare:
+    """A persona process's part of the fleet's channels: share ``number`` (from 1) of ``count``, the channels
+    ``home`` puts at index ``number - 1``. The ``count`` shares split every channel between them, each channel to
+    exactly one, whatever its id and wherever it is computed."""
+
+    number: int
+    count: int
+
+    @classmethod
+    def parse(cls, value: str) -> ChannelShare:
+        """``"2/3"``: the second share of three. Raises ValueError saying what is wrong."""
+        match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", value)
+        if match is None:
+            raise ValueError(f"{value!r} is not a share: write it as NUMBER/COUNT, say 1/2 for the first of two")
+        number, count = int(match.group(1)), int(match.group(2))
+        if not 1 <= count <= _MOST_SHARES:
+            raise ValueError(f"the count of shares in {value!r} must be 1 to {_MOST_SHARES}")
+        if not 1 <= number <= count:
+            raise ValueError(f"the share number in {value!r} must be 1 to {count}")
+        return cls(number, count)
+
+    def holds(self, channel_id: str) -> bool:
+        return self.count == 1 or home(channel_id, self.count) == self.number - 1
+
+    def __str__(self) -> str:
+        return f"{self.number}/{self.count}"

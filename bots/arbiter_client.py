@@ -29,6 +29,9 @@ _log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
 
+# Seconds to open a connection to an arbiter process (on a working network, milliseconds).
+CONNECT_TIMEOUT_S = 3.0
+
 # A request that fails with one of these was never sent (no connection was made): it may go to another process.
 _CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 
@@ -55,7 +58,10 @@ class ArbiterClient:
         self._affinity = Affinity(urls, own=own)
         self._session = session
         self._headers = {"Authorization": f"Bearer {token}"}
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        # A connection that is not made within a few seconds fails as a connect timeout, which moves on to the next
+        # arbiter process: a host cut off without a word (a partition drops the SYN, nothing refuses it) would
+        # otherwise hold every call for the whole timeout and then fail it, never trying the others.
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(timeout_s, CONNECT_TIMEOUT_S))
 
     @property
     def urls(self) -> tuple[str, ...]:
@@ -100,7 +106,7 @@ class ArbiterClient:
         else:
             raise ArbiterUnavailable("; ".join(unreachable))
         if status >= 500:
-            raise ArbiterUnavailable(f"{method} {url}: HTTP {status}")
+            raise ArbiterUnavailable(f"{method} {url}: HTTP {status}{_reason(raw)}")
         if status >= 400:
             raise _rejected(status, raw)
         if model is None or status == 204:
@@ -321,6 +327,16 @@ def _event(channel_id: str, raw: str) -> wire.ArbiterEvent | None:
         else:
             _log.warning("event stream of %s: skipping a malformed event: %s", channel_id, error)
         return None
+
+
+def _reason(raw: bytes) -> str:
+    """What an error's body says (its code and message), to follow its status: a 503 that names the database
+    tells the owner where to look."""
+    try:
+        error = wire.ErrorBody.model_validate_json(raw).error
+    except ValidationError:
+        return ""
+    return f" {error.code}: {error.message}"
 
 
 def _rejected(status: int, raw: bytes) -> ArbiterRejected:

@@ -23,6 +23,7 @@ from bots.errors import BotError
 from bots.platforms.discord import NO_MENTIONS, DiscordPlatform
 
 if TYPE_CHECKING:
+    from bots.affinity import ChannelShare
     from bots.runtime import PersonaRuntime
 
 __all__ = ("PersonaClient", "persona_intents")
@@ -40,12 +41,14 @@ def persona_intents() -> discord.Intents:
 
 
 class PersonaClient(discord.AutoShardedClient):
-    def __init__(self, *, refresh_s: float = 60.0, **options: Any) -> None:
-        """``refresh_s``: how often to look for newly enabled channels unprompted; ``options`` go to
-        ``discord.AutoShardedClient`` (``guild_ready_timeout``, for one)."""
+    def __init__(self, *, refresh_s: float = 60.0, share: ChannelShare | None = None, **options: Any) -> None:
+        """``refresh_s``: how often to look for newly enabled channels unprompted; ``share``: the part of the
+        channels this process takes part in, when several persona processes split them (None: every channel);
+        ``options`` go to ``discord.AutoShardedClient`` (``guild_ready_timeout``, for one)."""
         super().__init__(intents=persona_intents(), allowed_mentions=NO_MENTIONS, **options)
         self.runtime: PersonaRuntime | None = None  # attached once built around this client's platform
         self._refresh_s = refresh_s
+        self._share = share
         self._refresher: asyncio.Task[None] | None = None
         self._look = asyncio.Event()
         self._emojis_found = False
@@ -123,6 +126,8 @@ class PersonaClient(discord.AutoShardedClient):
             # Other channels (local rooms, say) have ids that are not Discord snowflakes.
             if not channel.enabled or not channel_id.isdigit() or channel_id in self.runtime.channels:
                 continue
+            if self._share is not None and not self._share.holds(channel_id):
+                continue  # another persona process's
             if not self._sees(int(channel_id)):
                 continue
             # It may see a channel and still not be allowed to post there: the platform says so once, and the

@@ -12,7 +12,7 @@ from dotenv import dotenv_values
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from bots.affinity import parse_arbiter_urls
+from bots.affinity import ChannelShare, parse_arbiter_urls
 
 __all__ = ("ENV_FILE", "SHIPPED_PERSONAS", "BotsSettings", "Environment")
 
@@ -39,6 +39,12 @@ class BotsSettings(BaseSettings):
         "http://127.0.0.1:8340",
         description="where the arbiter's HTTP API listens; several arbiter processes' URLs, comma-separated, send "
         "each channel's calls to one of them (the next when it is down)",
+    )
+    channel_share: str | None = Field(
+        None,
+        description="NUMBER/COUNT, say 1/2: this persona process takes part only in its share of the channels (a "
+        "stable hash of each channel's id), so COUNT processes, each given its own NUMBER, split the fleet's "
+        "channels; unset = every channel",
     )
     personas_dir: Path = Field(SHIPPED_PERSONAS, description="directory of persona files (default: the shipped ones)")
     personas: Annotated[list[str], NoDecode] = Field(
@@ -97,6 +103,11 @@ class BotsSettings(BaseSettings):
     local_model: str | None = Field(
         None, description="the model id that server serves, for the local profile (its /v1/models lists them)"
     )
+
+    @field_validator("channel_share")
+    @classmethod
+    def _check_share(cls, value: str | None) -> str | None:
+        return None if value is None else str(ChannelShare.parse(value))
 
     @field_validator("ollama_url", "local_url")
     @classmethod

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     import discord
 
+    from bots.affinity import ChannelShare
     from bots.platforms.webhook import ChannelHooks
     from bots.runtime import PersonaRuntime
 
@@ -37,9 +38,11 @@ class WebhookPersonas:
         hooks: ChannelHooks,
         *,
         refresh_s: float = 10.0,
+        share: ChannelShare | None = None,
     ) -> None:
         """``client``: not logged in yet (``run`` logs it in); ``hooks``: the webhooks the runtimes' platforms post
-        through, on ``client``."""
+        through, on ``client``; ``share``: the part of the channels this process takes part in (None: every one)."""
+        self._share = share
         self.runtimes = list(runtimes)
         self.client = client
         self.hooks = hooks
@@ -73,6 +76,8 @@ class WebhookPersonas:
             # Other channels (local rooms, say) have ids that are not Discord snowflakes.
             if not channel.enabled or not channel_id.isdigit():
                 continue
+            if self._share is not None and not self._share.holds(channel_id):
+                continue  # another persona process's
             joining = [r for r in self.runtimes if not r.closed and channel_id not in r.channels]
             if not joining:
                 continue

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import asyncpg
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import DBAPIError, DisconnectionError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, SQLAlchemyError, StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from arbiter.storage.errors import StorageError
@@ -40,6 +40,11 @@ __all__ = ("Database", "HeldConnection", "PostgresDatabase", "SqliteDatabase", "
 _log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# How long one statement, or opening a connection, may take on PostgreSQL before the operation fails as the
+# database being unavailable (503): well under a persona's client timeout (10 s), so the persona hears why
+# even when its request waited behind another batch that timed out first.
+DATABASE_TIMEOUT_S = 3.0
 
 
 def normalize_url(url: str) -> URL:
@@ -118,28 +123,46 @@ class Database:
 
 
 class PostgresDatabase(Database):
-    def __init__(self, url: URL, *, pool_size: int) -> None:
+    def __init__(self, url: URL, *, pool_size: int, timeout_s: float | None = DATABASE_TIMEOUT_S) -> None:
         super().__init__(url)
         # No pool_pre_ping: on asyncpg it costs three round trips (BEGIN, a ping, ROLLBACK) at every checkout, more
         # than many of the writer's transactions. A connection the server closed (a restart, a terminated backend)
         # is closed on our side as soon as the event loop reads its end, and is replaced at checkout instead.
-        self.engine: AsyncEngine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size)
+        # Bounded waits on the server: a database cut off without a word (a network partition drops packets, it
+        # sends no reset) would otherwise hold every request until the client gave up, with no reason given. Past
+        # these, asyncpg raises TimeoutError, which the writer fails as a lost database (503 storage_unavailable).
+        # (Not for migrations: see ``unbounded``.)
+        bounds = {} if timeout_s is None else {"timeout": timeout_s, "command_timeout": timeout_s}
+        self.engine: AsyncEngine = create_async_engine(
+            url, pool_size=pool_size, max_overflow=pool_size, connect_args=bounds
+        )
         # Reads run in autocommit: no BEGIN and ROLLBACK around them, two round trips fewer; each statement sees
         # what was committed when it began, as in a READ COMMITTED transaction. Their connections are made so
         # (setting it at each checkout, and back at each return, cost a read a third more of the arbiter's CPU).
         self.reader: AsyncEngine = create_async_engine(
-            url, pool_size=pool_size, max_overflow=pool_size, isolation_level="AUTOCOMMIT"
+            url, pool_size=pool_size, max_overflow=pool_size, isolation_level="AUTOCOMMIT", connect_args=bounds
         )
         for engine in (self.engine, self.reader):
             event.listen(engine.sync_engine, "checkout", _replace_closed)
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
-        async with self.reader.connect() as conn:
-            return await conn.run_sync(fn, *args)
+        try:
+            async with self.reader.connect() as conn:
+                return await conn.run_sync(fn, *args)
+        except (SQLAlchemyError, OSError) as error:
+            # The database's failures as the storage's one error (503 storage_unavailable), as the writer's are: a
+            # statement past its time bound was a bare TimeoutError, which aiohttp answers 504 without a word.
+            _log.warning("database read failed: %s", error)
+            raise StorageError(f"database error: {type(error).__name__}") from error
 
     async def write(self, fn: Callable[..., T], *args: Any) -> T:
         async with self.engine.begin() as conn:
             return await conn.run_sync(fn, *args)
+
+    def unbounded(self) -> PostgresDatabase:
+        """The same database without the time bound on statements, for the migrations at start-up: one may
+        rewrite a large table, or wait for another process's to end (they take turns, under a lock)."""
+        return PostgresDatabase(self.url, pool_size=1, timeout_s=None)
 
     def held(self) -> HeldConnection:
         """A connection in autocommit for one user that runs one thing at a time (the batch writer)."""
@@ -187,6 +210,12 @@ class HeldConnection:
         except DBAPIError as error:
             if error.connection_invalidated:
                 await self.close()
+            raise
+        except (StatementError, OSError):
+            # A statement that timed out (asyncpg's command_timeout: a TimeoutError, which SQLAlchemy wraps) leaves
+            # the connection busy with it: used again, asyncpg refuses ("another operation is in progress") until
+            # the server answers, which over a cut link is never. Let it go; the next use opens another.
+            await self.close()
             raise
 
     async def fetch(self, sql: str, *args: Any) -> list[Any]:

@@ -10,6 +10,7 @@ from alembic.config import Config
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
+from arbiter.storage.database import PostgresDatabase
 from arbiter.storage.errors import StorageError
 
 if TYPE_CHECKING:
@@ -38,11 +39,15 @@ def _upgrade(connection: Connection, postgres: bool) -> None:
 
 async def migrate(database: Database) -> None:
     """Also the arbiter's first contact with the database: a URL that leads nowhere fails here, clearly."""
+    migrating = database.unbounded() if isinstance(database, PostgresDatabase) else database
     try:
-        await database.write(_upgrade, not database.is_sqlite)
+        await migrating.write(_upgrade, not database.is_sqlite)
     except (SQLAlchemyError, OSError) as error:
         reason = error.orig if isinstance(error, DBAPIError) else error
         where = database.url.render_as_string(hide_password=True)
         raise StorageError(
             f"cannot open the database {where}: {reason or type(reason).__name__}", code="database_unavailable"
         ) from error
+    finally:
+        if migrating is not database:
+            await migrating.dispose()

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from arbiter import contract as wire
 from arbiter.contract import Tier
-from bots.affinity import Affinity, home, parse_arbiter_urls
+from bots.affinity import Affinity, ChannelShare, home, parse_arbiter_urls
 from bots.arbiter_client import ArbiterClient, MultiplexedStream
 from bots.settings import BotsSettings
 from tests.conftest import PERSONA_TOKENS
@@ -23,6 +23,42 @@ from tests.support.arbiters import Api, arbiter_process
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+# --- persona processes splitting the channels --------------------------------------------------------------
+
+
+def test_shares_split_every_channel_between_them_each_to_one() -> None:
+    channels = [f"{n}" for n in range(10**17, 10**17 + 3000)]  # Discord-like snowflakes
+    shares = [ChannelShare.parse(f"{number}/3") for number in (1, 2, 3)]
+    held = [[c for c in channels if share.holds(c)] for share in shares]
+    assert sorted(c for part in held for c in part) == sorted(channels)  # each channel in exactly one share
+    assert all(900 < len(part) < 1100 for part in held)  # and evenly
+    # Share N of M holds what arbiter process N of M serves: a persona process and its arbiter see the same channels.
+    assert all(home(c, 3) == 1 for c in held[1])
+    assert all(ChannelShare.parse("1/1").holds(c) for c in channels[:10])
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("2", "not a share: write it as NUMBER/COUNT"),
+        ("0/2", "share number in '0/2' must be 1 to 2"),
+        ("3/2", "share number in '3/2' must be 1 to 2"),
+        ("1/0", "count of shares in '1/0' must be 1 to 1024"),
+        ("a/b", "not a share"),
+    ],
+)
+def test_a_wrong_share_is_refused_saying_what_is_wrong(value: str, said: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(said)):
+        ChannelShare.parse(value)
+    with pytest.raises(ValidationError, match=re.escape(said)):
+        BotsSettings(_env_file=None, channel_share=value)  # type: ignore[call-arg]
+
+
+def test_the_share_setting_reads_as_written() -> None:
+    assert BotsSettings(_env_file=None, channel_share=" 2 / 3 ").channel_share == "2/3"  # type: ignore[call-arg]
+    assert BotsSettings(_env_file=None).channel_share is None  # type: ignore[call-arg]
+
 
 # --- the URL list ---------------------------------------------------------------------------------------------
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import discord
 import pytest
 
 from arbiter.contract import AuthorKind, Tier
+from bots.affinity import ChannelShare, home
 from bots.discord_client import PersonaClient
 from bots.errors import PostFailed
 from bots.platforms.discord import DiscordPlatform
@@ -277,6 +278,41 @@ async def test_personas_take_part_in_enabled_discord_channels_they_see_and_stay_
     ]
     assert len(warnings) == 2  # one per persona, however much is said there
     assert asked_a_model == {"hana": 0, "kai": 0}
+
+
+def _sharing(share: ChannelShare) -> type[PersonaClient]:
+    class Sharing(PersonaClient):
+        def __init__(self, **options: Any) -> None:
+            super().__init__(share=share, **options)
+
+    return Sharing
+
+
+async def test_a_persona_process_takes_part_only_in_its_share_of_the_channels(world: World, live: Live) -> None:
+    # The share the lounge is in (the fleet is ready once every persona follows the lounge), of two.
+    share = ChannelShare(home(str(world.lounge.id), 2) + 1, 2)
+    made = [world.fake.add_channel(world.guild, f"room-{n}") for n in range(6)]
+    for channel in made:
+        await live.channel(str(channel.id))
+    ours = {str(c.id) for c in made if share.holds(str(c.id))} | {str(world.lounge.id)}
+    assert 1 < len(ours) < len(made) + 1  # both shares have some of them (with these ids)
+
+    async with discord_fleet(world, live, [eager("hana")], client_type=_sharing(share)) as fleet:
+        hana = fleet.runtimes["hana"]
+        await eventually(lambda: set(hana.channels) == ours, what="hana follows the channels of her share")
+        # One more channel in each share, the other's made first (its id lists first): she looks at both at once,
+        # takes up hers and leaves the other's to the other process.
+        # (Channels made later have larger ids; the ones not taken are never enabled.)
+        others = next(
+            c for c in (world.fake.add_channel(world.guild, "x") for _ in range(64)) if not share.holds(str(c.id))
+        )
+        mine = next(c for c in (world.fake.add_channel(world.guild, "y") for _ in range(64)) if share.holds(str(c.id)))
+        await live.channel(str(others.id))
+        await live.channel(str(mine.id))
+        await world.fake.human_says(mine, world.member, "anyone here?")
+        await eventually(lambda: str(mine.id) in hana.channels, what="hana follows the new channel of her share")
+
+    assert str(others.id) not in hana.channels
 
 
 async def test_a_thread_the_fleet_is_enabled_in_is_a_conversation_of_its_own(
