@@ -143,7 +143,7 @@ class StreamFollower:
                     self._changed.set()
                     commands = asyncio.create_task(self._send_commands(stream))
                     try:
-                        async for frame in stream:
+                        async for frame in stream.frames(self._listeners.__contains__):
                             delay = self._reconnect_s
                             self._dispatch(frame)
                     finally:

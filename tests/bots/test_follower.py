@@ -146,3 +146,32 @@ async def test_each_persona_asks_its_own_status_on_the_one_stream(live: Live) ->
         await follower.close()
     # Once the stream is closed no status comes on it: a persona then reads it over HTTP, without waiting.
     assert await asyncio.wait_for(follower.status("lounge", "aoi", within=5), 0.5) is None
+
+
+async def test_the_events_of_a_channel_not_followed_are_dropped_unparsed(live: Live) -> None:
+    # Both channels are subscribed on the stream, as when a channel was just left and its unsubscribing has not
+    # arrived yet (or another process's personas follow it): the frames of the one not followed are not parsed.
+    for channel in ("kept", "other"):
+        await live.channel(channel)
+    async with live.client("aoi").stream() as stream:
+        await stream.subscribe([wire.Subscribe(channel=channel) for channel in ("kept", "other")])
+        frames: list[wire.StreamFrame] = []
+
+        async def read() -> None:
+            async for frame in stream.frames(lambda channel: channel == "kept"):
+                frames.append(frame)
+                if isinstance(frame, wire.MessageEvent) and frame.message.text == "last":
+                    return
+
+        reading = asyncio.create_task(read())
+        # Each channel's level frame ends its (empty) replay: then both are live.
+        await eventually(lambda: any(isinstance(f, wire.LevelEvent) for f in frames), what="kept is live")
+        await eventually(lambda: stream.skipped >= 1, what="other's level frame dropped")
+        await live.say("other", "not wanted")
+        await live.say("kept", "last")
+        await asyncio.wait_for(reading, 5)
+        # The reader stopped at kept's last message; other's may come after it on the stream: read on for it.
+        reading = asyncio.create_task(read())
+        await eventually(lambda: stream.skipped >= 2, what="other's message dropped too")
+        reading.cancel()
+        assert {frame.channel_id for frame in frames} == {"kept"}
