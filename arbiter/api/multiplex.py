@@ -224,7 +224,9 @@ class _Multiplex:
     async def _reply(self, call: wire.StreamCall, persona: str | None) -> None:
         assert persona is not None  # checked by _admit
         try:
-            reply = await answer_call(self._service, call, persona)
+            # Carried out even if the stream closes meanwhile, as an HTTP request is when its client goes away:
+            # only the reply is lost (the client counts a call without one as in doubt).
+            reply = await asyncio.shield(answer_call(self._service, call, persona))
         except Exception:
             # What HTTP answers with a 500: the client hears of it rather than waiting for its time limit.
             _log.exception("%s %s on the stream failed", call.method, call.path)
