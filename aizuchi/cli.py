@@ -221,6 +221,7 @@ def _add_benches(commands: Any, personas_dir: object) -> None:
         metavar="FILE",
         help="write the conversation as [speaker] text lines (FILE.<mode>.ext for each of both modes)",
     )
+    _add_confinement(talk, "the arbiter's API listens on PORT")
     talk.set_defaults(func=_bench_conversation)
     _add_fleet_bench(benches, personas_dir)
 
@@ -251,6 +252,7 @@ def _add_fleet_bench(benches: Any, personas_dir: object) -> None:
         default="postgresql+asyncpg://postgres@127.0.0.1:5432/postgres",
         help="server to create a scratch database on",
     )
+    _add_confinement(fleet, "the arbiter listens on PORT")
     fleet.set_defaults(func=_bench_fleet)
 
 
@@ -290,12 +292,25 @@ def _add_arbiter_bench(benches: Any) -> None:
         action="store_true",
         help="also run the same mix straight against the arbiter's service in this process (SQLite)",
     )
+    load.add_argument("--without-mcp", action="store_true", help="skip the runs over MCP (half the time)")
     load.add_argument(
         "--postgres-url",
         default="postgresql+asyncpg://postgres@127.0.0.1:5432/postgres",
         help="server to create a scratch database on",
     )
+    _add_confinement(load, "the arbiter processes listen on PORT, PORT+1, ...")
     load.set_defaults(func=_bench_arbiter)
+
+
+def _add_confinement(bench: Any, where: str) -> None:
+    """``--port`` and ``--database-url``: a benchmark kept to the ports and the database it is given."""
+    bench.add_argument("--port", type=int, default=0, help=f"{where} (default 0: free ports the system picks)")
+    bench.add_argument(
+        "--database-url",
+        metavar="URL",
+        help="run on this database (sqlite:///file.db or postgresql://user@host:port/name) instead of a scratch one;"
+        " every run empties it first, and one holding channels a benchmark did not make is refused",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from aizuchi.errors import SetupError
 from bots.arbiter_client import ArbiterClient
+from bots.image_fetch import ImageFetcher
 from bots.llm.base import LLMAuthError
 from bots.llm.profiles import ProviderProfile, create_provider, load_profiles, required_key
 from bots.mcp_host import open_tools
@@ -137,6 +138,7 @@ async def open_fleet(
         first, *others = cast.personas
         fleet.stream = personas_stream(clients[first.id], tokens=[tokens[p.id] for p in others])
     # The MCP sessions close after the runtimes stop (the stack unwinds after the finally below).
+    images = ImageFetcher(session)  # one for the process's personas: an address checked once serves them all
     async with contextlib.AsyncExitStack() as sessions:
         try:
             for index, persona in enumerate(cast.personas):
@@ -155,6 +157,7 @@ async def open_fleet(
                     rng=random.Random(),
                     tools=tools,
                     follower=fleet.stream,
+                    images=images,
                     config=RuntimeConfig(
                         image_messages=settings.image_messages,
                         images_per_prompt=settings.images_per_prompt,

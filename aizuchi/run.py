@@ -39,7 +39,9 @@ if TYPE_CHECKING:
     from arbiter.server import Arbiter
     from arbiter.settings import ArbiterSettings
     from bots.persona import Persona
+    from bots.platforms.base import Platform
     from bots.settings import BotsSettings
+    from bots.webhook_client import WebhookPersonas
 
 __all__ = ("run_all", "run_arbiter", "run_bots", "run_room")
 
@@ -167,20 +169,23 @@ def _tokens(
     return {**configured, **generated}, generated
 
 
-def _discord_tokens(personas: list[Persona], env: Mapping[str, str]) -> dict[str, str]:
-    """Each persona's Discord token, from the variable its file names; personas without one stay offline."""
+def _discord_tokens(personas: list[Persona], env: Mapping[str, str], *, webhooks: bool) -> dict[str, str]:
+    """Each persona's Discord token, from the variable its file names; personas without one stay offline, or with
+    ``webhooks`` (one-application mode) post through the channels' webhooks."""
     found: dict[str, str] = {}
     for persona in personas:
         token = env.get(persona.discord_token_env or "", "").strip()
         if token:
             found[persona.id] = token
+        elif webhooks:
+            _log.info("persona %s has no Discord bot of its own: it posts through the channels' webhooks", persona.id)
         else:
             _log.warning(
                 "persona %s has no Discord token (%s is not set): it stays offline",
                 persona.id,
                 persona.discord_token_env or "its persona file names no discord_token_env",
             )
-    if not found:
+    if not found and not webhooks:
         variables = ", ".join(p.discord_token_env for p in personas if p.discord_token_env) or "discord_token_env"
         raise SetupError(f"no persona has a Discord token: set {variables} in .env")
     return found
@@ -201,7 +206,15 @@ async def run_bots(
         await check_keys(cast, env)
     configured = {pid: token.get_secret_value() for pid, token in bots.persona_tokens.items()}
     tokens, _ = _tokens(cast.personas, configured, may_generate=False)
-    discord_tokens = _discord_tokens(cast.personas, env)
+    discord_tokens = _discord_tokens(cast.personas, env, webhooks=bots.webhooks)
+    webhook_token = None
+    if bots.webhooks and len(discord_tokens) < len(cast.personas):
+        if bots.arbiter_discord_token is None:
+            raise SetupError(
+                "one-application mode (AIZUCHI_WEBHOOKS=true) posts through webhooks of the arbiter's bot: set "
+                "ARBITER_DISCORD_TOKEN for the personas too"
+            )
+        webhook_token = bots.arbiter_discord_token.get_secret_value()
     from aizuchi.connection import use_discord
 
     use_discord(endpoints)
@@ -211,6 +224,7 @@ async def run_bots(
         env=env,
         tokens=tokens,
         discord_tokens=discord_tokens,
+        webhook_token=webhook_token,
         arbiter_url=bots.arbiter_url,
         reconnects=reconnects,
     )
@@ -225,34 +239,50 @@ async def _discord_personas(
     discord_tokens: Mapping[str, str],
     arbiter_url: str,
     reconnects: DiscordReconnects | None,
+    webhook_token: str | None = None,
 ) -> None:
-    """Every persona that has a Discord token, on Discord, until cancelled; raises FleetStopped once all of them
-    have stopped for good. One that stops alone is logged, and the others go on."""
+    """Every persona that has a Discord token, on Discord, until cancelled; and with ``webhook_token`` (the arbiter
+    bot's: one-application mode) every other persona too, posting through the channels' webhooks. Raises
+    FleetStopped once all of them have stopped for good. One that stops alone is logged, and the others go on."""
+    import discord
+
     from aizuchi.connection import Account, stay_connected
     from bots.discord_client import PersonaClient
     from bots.platforms.discord import DiscordPlatform
+    from bots.platforms.webhook import ChannelHooks, WebhookPlatform
+    from bots.webhook_client import WebhookPersonas
 
-    ready = Cast([p for p in cast.personas if p.id in discord_tokens], cast.profiles)
-    clients = {p.id: PersonaClient() for p in ready.personas}
+    ready = Cast([p for p in cast.personas if p.id in discord_tokens or webhook_token], cast.profiles)
+    clients: dict[str, discord.Client] = {p.id: PersonaClient() for p in ready.personas if p.id in discord_tokens}
+    hooked = [p for p in ready.personas if p.id not in discord_tokens]
+    hooks_client = discord.Client(intents=discord.Intents.none(), allowed_mentions=discord.AllowedMentions.none())
+    hooks = ChannelHooks(hooks_client)
+
+    def platform(persona: Persona) -> Platform:
+        client = clients.get(persona.id)
+        return WebhookPlatform(persona, hooks) if client is None else DiscordPlatform(client)
+
     async with (
         aiohttp.ClientSession() as session,
         open_fleet(
-            bots,
-            ready,
-            env=env,
-            session=session,
-            arbiter_url=arbiter_url,
-            tokens=tokens,
-            platform=lambda persona: DiscordPlatform(clients[persona.id]),
+            bots, ready, env=env, session=session, arbiter_url=arbiter_url, tokens=tokens, platform=platform
         ) as fleet,
     ):
-        tasks: dict[asyncio.Task[None], Persona] = {}
+        tasks: dict[asyncio.Task[None], list[Persona]] = {}
+        connections: dict[asyncio.Task[None], discord.Client] = {}
         for persona in ready.personas:
-            client = clients[persona.id]
+            client = clients.get(persona.id)
+            if not isinstance(client, PersonaClient):
+                continue
             client.runtime = fleet.runtimes[persona.id]
             account = Account(f"{persona.id}'s bot", persona.discord_token_env or "its token variable")
             work = stay_connected(client, discord_tokens[persona.id], account, reconnects=reconnects)
-            tasks[asyncio.create_task(acting_as(persona.id, work))] = persona
+            task = asyncio.create_task(acting_as(persona.id, work))
+            tasks[task], connections[task] = [persona], client
+        if hooked and webhook_token is not None:
+            through = WebhookPersonas([fleet.runtimes[p.id] for p in hooked], hooks_client, hooks)
+            task = asyncio.create_task(acting_as("webhooks", _posting_through_webhooks(through, webhook_token)))
+            tasks[task], connections[task] = hooked, hooks_client
         try:
             reasons = await _until_all_stop(tasks, fleet)
         finally:
@@ -262,25 +292,42 @@ async def _discord_personas(
                 for runtime in fleet.runtimes.values():
                     await runtime.close()
             finally:
-                await _disconnect({task: clients[persona.id] for task, persona in tasks.items()})
+                await _disconnect(connections)
         raise FleetStopped(f"every persona bot has stopped ({'; '.join(reasons)})")
 
 
-async def _until_all_stop(tasks: dict[asyncio.Task[None], Persona], fleet: Fleet) -> list[str]:
+async def _posting_through_webhooks(personas: WebhookPersonas, token: str) -> None:
+    """The webhook personas, until cancelled; ends with the reason if Discord refuses the arbiter's bot's token."""
+    import discord
+
+    try:
+        await personas.run(token)
+    except discord.LoginFailure:
+        raise FleetStopped(
+            "Discord refused the arbiter's bot's token (ARBITER_DISCORD_TOKEN), which the webhook personas post "
+            "through: put the token from the Developer Portal (Bot > Reset Token) in .env"
+        ) from None
+    except discord.HTTPException as error:
+        raise FleetStopped(
+            f"the webhook personas cannot log in as the arbiter's bot: Discord answered {error.status} {error.text}"
+        ) from None
+
+
+async def _until_all_stop(tasks: dict[asyncio.Task[None], list[Persona]], fleet: Fleet) -> list[str]:
     reasons: list[str] = []
     pending = set(tasks)
     while pending:
         done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
-            persona = tasks[task]
             error = task.exception()
             if error is None:
                 reason = "its Discord client closed"
             else:
                 reason = str(error) if isinstance(error, FleetError) else f"{type(error).__name__}: {error}"
-            _log.error("persona %s stopped: %s", persona.id, reason)
+            for persona in tasks[task]:
+                _log.error("persona %s stopped: %s", persona.id, reason)
+                await fleet.runtimes[persona.id].close()  # gives back any claim it held; it hears nothing more
             reasons.append(reason)
-            await fleet.runtimes[persona.id].close()  # gives back any claim it held; it hears nothing more
     return reasons
 
 
@@ -370,7 +417,8 @@ async def run_all(
         await check_keys(cast, env)
     configured = {pid: token.get_secret_value() for pid, token in settings.persona_tokens.items()}
     tokens, generated = _tokens(cast.personas, configured, may_generate=True)
-    discord_tokens = _discord_tokens(cast.personas, env)
+    discord_tokens = _discord_tokens(cast.personas, env, webhooks=bots.webhooks)
+    webhook_token = settings.discord_token.get_secret_value() if bots.webhooks else None
     from aizuchi.connection import use_discord
 
     use_discord(endpoints)
@@ -380,7 +428,8 @@ async def run_all(
         # the bots log in; the fleet runs without it.
         from aizuchi.discord_check import check_at_start
 
-        await check_at_start(settings, cast.personas, discord_tokens, await arbiter.service.channels())
+        channels = await arbiter.service.channels()
+        await check_at_start(settings, cast.personas, discord_tokens, channels, webhooks=bots.webhooks)
         bot = await stack.enter_async_context(_arbiter_bot(arbiter, settings, reconnects))
         url = await _listen(stack, arbiter.app, settings)
         _say(f"arbiter listening on {url}; the fleet is on Discord (Ctrl-C stops)")
@@ -393,6 +442,7 @@ async def run_all(
                 env=env,
                 tokens=tokens,
                 discord_tokens=discord_tokens,
+                webhook_token=webhook_token,
                 arbiter_url=url,
                 reconnects=reconnects,
             )

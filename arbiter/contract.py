@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 # How lengths are measured is part of the contract (a tier's max_length is in these units), so clients get the
 # very functions the arbiter checks with.
 from arbiter.core.text import display_length, estimate_tokens, trim_to_length
+from arbiter.core.usage import DEFAULT_READ_RATE, DEFAULT_WRITE_RATE
 
 __all__ = (
     "DISCORD_SPEECH_TYPES",
@@ -84,6 +85,7 @@ __all__ = (
     "PersonaList",
     "PersonaPolicyPatch",
     "PersonaRegistration",
+    "PersonaUsageView",
     "PersonaView",
     "RefundView",
     "RefusalReason",
@@ -114,6 +116,7 @@ __all__ = (
     "TierSettings",
     "TierView",
     "Token",
+    "UsageList",
     "UsageReport",
     "UsageResult",
     "Verdict",
@@ -393,10 +396,22 @@ class EditRequest(_In):
 
 
 class UsageReport(_In):
+    """One LLM call's tokens. ``prompt_tokens`` is every input token; of them, ``cache_read_tokens`` were read from
+    the provider's prompt cache and ``cache_write_tokens`` written to it, which the daily budget counts at their own
+    prices: ``cache_read_rate`` and ``cache_write_rate`` times an uncached input token's."""
+
     prompt_tokens: _bounded("tokens")  # type: ignore[valid-type]
     completion_tokens: _bounded("tokens")  # type: ignore[valid-type]
     model: Annotated[str, StringConstraints(max_length=100), NoNul] | None = None
     persona: Id | None = None
+    cache_read_tokens: _bounded("tokens") = 0  # type: ignore[valid-type]
+    cache_write_tokens: _bounded("tokens") = 0  # type: ignore[valid-type]
+    cache_read_rate: Annotated[StrictFloat, Field(ge=0, le=1)] = Field(
+        DEFAULT_READ_RATE, description="a cached input token's price as a share of an uncached one's"
+    )
+    cache_write_rate: Annotated[StrictFloat, Field(ge=1, le=4)] = Field(
+        DEFAULT_WRITE_RATE, description="a token written to the cache: its price as a multiple of an uncached one's"
+    )
 
 
 Color = Annotated[str, StringConstraints(pattern=r"^#[0-9a-fA-F]{6}$")]
@@ -488,7 +503,9 @@ class PersonaPolicyPatch(_In):
 
 class ImageView(_Out):
     """An image shown with a message: a reference, never the bytes. ``expires_at``: when the url stops answering
-    (Discord's signed attachment addresses expire); a persona skips an image past it."""
+    (Discord's signed attachment addresses expire); a persona skips an image past it. ``local``: the arbiter holds
+    the bytes at ``url`` (an image given to the local room), an address no model provider can reach, so a persona
+    fetches them and sends them inline."""
 
     url: str
     content_type: str
@@ -496,6 +513,7 @@ class ImageView(_Out):
     width: int | None = None
     height: int | None = None
     expires_at: float | None = None
+    local: bool = False
 
 
 class MessageView(_Out):
@@ -570,6 +588,24 @@ class ObserveResult(_Out):
 class UsageResult(_Out):
     tokens_today: int
     daily_token_budget: int | None
+
+
+class PersonaUsageView(_Out):
+    """One persona's LLM tokens in a channel today, as it reported them."""
+
+    persona: str
+    requests: int
+    prompt_tokens: int = Field(description="every input token, the cache's included")
+    completion_tokens: int
+    cache_read_tokens: int = Field(description="input tokens the provider read from its prompt cache")
+    cache_write_tokens: int = Field(description="input tokens the provider wrote to its prompt cache")
+
+
+class UsageList(_Out):
+    """The channel's LLM tokens today (UTC), per persona."""
+
+    channel_id: str
+    personas: list[PersonaUsageView]
 
 
 class TierSettings(_Out):

@@ -64,6 +64,15 @@ class PersonaRegistry:
         """The persona whose platform account this is, if any."""
         return next((i.id for i in self._infos.values() if i.platform_user_id == platform_user_id), None)
 
+    def persona_named(self, display_name: str) -> str | None:
+        """The persona that shows itself as ``display_name`` (a webhook's message carries only the name it was posted
+        under), if exactly one does; one without an account of its own on the platform first."""
+        infos = list(self._infos.values())  # one snapshot
+        named = [i for i in infos if i.display_name == display_name and i.id in self.ids]
+        unaccounted = [i for i in named if i.platform_user_id is None]
+        found = unaccounted or named
+        return found[0].id if len(found) == 1 else None
+
     def views(self, *, former: bool = False) -> wire.PersonaList:
         """Every member with a token here (personas and agents), as registered (or by its id until it registers);
         with ``former``, also those registered before that have no token now (the local room shows their old

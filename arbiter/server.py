@@ -150,6 +150,7 @@ class Storage:
                 database.engine, hub.publish, hub.watching, changed=writer.changed_elsewhere, hearing=writer.hearing
             )
             writer.notifier = relay.payloads
+            writer.caught_up = relay.caught_up  # a status read sees every commit acknowledged before it
         return Storage(writer, DatabaseReads(database), DatabaseSessions(database), relay)
 
 

@@ -17,6 +17,7 @@ from arbiter.administration import ChannelAdministration
 from arbiter.core import rules
 from arbiter.core.errors import InvalidRequest
 from arbiter.core.models import Message, PersonaInfo, SpendState, Tier
+from arbiter.core.usage import DEFAULT_READ_RATE, DEFAULT_WRITE_RATE, budget_tokens
 from arbiter.events import PersonaEvent
 from arbiter.intake import IntakeMark, PlatformIntake
 from arbiter.memories import PersonaMemory
@@ -215,15 +216,34 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
         return await self._change(channel_id, step)
 
     async def report_usage(
-        self, channel_id: str, persona_id: str, prompt_tokens: int, completion_tokens: int
+        self,
+        channel_id: str,
+        persona_id: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        *,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+        cache_read_rate: float = DEFAULT_READ_RATE,
+        cache_write_rate: float = DEFAULT_WRITE_RATE,
     ) -> wire.UsageResult:
+        """Count one call's tokens: as reported, for the persona's usage; at their prices, against the budget
+        (``prompt_tokens`` is every input token, the prompt cache's reads and writes among them)."""
         self.registry.require(persona_id)
+        weighed = budget_tokens(
+            prompt_tokens,
+            completion_tokens,
+            cache_read=cache_read_tokens,
+            cache_write=cache_write_tokens,
+            read_rate=cache_read_rate,
+            write_rate=cache_write_rate,
+        )
 
         def step(tx: StepTx, state: ChannelState) -> wire.UsageResult:
             now = tx.now()
-            tokens = (prompt_tokens, completion_tokens)
+            tokens = (prompt_tokens, completion_tokens, cache_read_tokens, cache_write_tokens)
             tx.add_usage(channel_id, persona_id, day=rules.utc_day(now), tokens=tokens)
-            transition = rules.record_usage(state, prompt_tokens + completion_tokens, now)
+            transition = rules.record_usage(state, weighed, now)
             tx.replace_state(transition.state)
             return wire.UsageResult(
                 tokens_today=rules.tokens_today(transition.state, now),
@@ -267,6 +287,24 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
         state = await self._read_state(channel_id, now)
         name = None if persona_id is None else self.registry.name(persona_id)
         return status_view(state, now, persona_id=persona_id, display_name=name)
+
+    async def usage_today(self, channel_id: str) -> wire.UsageList:
+        """Each persona's tokens in the channel today (UTC), the prompt cache's reads and writes apart."""
+        used = await self._reads.usage(channel_id, rules.utc_day(self.now()))
+        return wire.UsageList(
+            channel_id=channel_id,
+            personas=[
+                wire.PersonaUsageView(
+                    persona=persona_id,
+                    prompt_tokens=prompt,
+                    completion_tokens=completion,
+                    requests=requests,
+                    cache_read_tokens=read,
+                    cache_write_tokens=written,
+                )
+                for persona_id, (prompt, completion, requests, read, written) in sorted(used.items())
+            ],
+        )
 
     async def level_event(self, channel_id: str) -> wire.LevelEvent:
         now = self.now()

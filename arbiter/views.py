@@ -61,6 +61,7 @@ def image_view(image: ImageRef) -> wire.ImageView:
         width=image.width,
         height=image.height,
         expires_at=image.expires_at,
+        local=image.local,
     )
 
 

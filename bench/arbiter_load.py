@@ -50,6 +50,7 @@ import sys
 import tempfile
 import time
 import urllib.parse
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -60,6 +61,7 @@ import httptools
 from arbiter.core.models import Tier
 from arbiter.server import open_arbiter
 from arbiter.settings import ArbiterSettings
+from bench.confine import ConfineError, empty_database, plain_postgres_url, ports
 from bots.affinity import home
 
 if TYPE_CHECKING:
@@ -81,18 +83,27 @@ TEXT = {"aizuchi": "なるほど!", "remark": "That is a fair point about the sc
 class Tally:
     latencies: list[float] = field(default_factory=list)
     grants: int = 0
-    refusals: int = 0
+    refusals: Counter[str] = field(default_factory=Counter)  # by call and reason: "claim nodded"
     messages: int = 0
     errors: int = 0
+
+    def refused(self) -> int:
+        return self.refusals.total()
+
+    def refusal_line(self) -> str:
+        """The refusals by call and reason, most first."""
+        return ", ".join(f"{why} {count:,}" for why, count in self.refusals.most_common()) or "none"
 
 
 @dataclass(frozen=True)
 class Usage:
     """What one run cost the machine: the arbiter process's CPU seconds, and the share of the machine's time
-    the host took for other guests (steal), which makes wall-clock numbers move from run to run."""
+    the host took for other guests (steal), which makes wall-clock numbers move from run to run. On PostgreSQL
+    also ``database_seconds``: the CPU of the server's backends that served the arbiter processes' connections."""
 
     cpu_seconds: float | None
     steal: float | None
+    database_seconds: float | None = None
 
     @classmethod
     def total(cls, usages: list[Usage]) -> Usage:
@@ -119,16 +130,62 @@ class Reading:
     def take(cls, pid: int) -> Reading:
         """Linux only (/proc); elsewhere the columns read n/a."""
         try:
-            with open(f"/proc/{pid}/stat") as stat:
-                # The command name (field 2) may hold spaces; utime and stime are fields 14 and 15.
-                fields = stat.read().rsplit(")", 1)[1].split()
-            cpu: float | None = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            cpu: float | None = process_cpu(pid)
             with open("/proc/stat") as machine:
                 counts = [int(value) for value in machine.readline().split()[1:]]
             ticks: tuple[int, int] | None = (counts[7] if len(counts) > 7 else 0, sum(counts))
         except (OSError, ValueError, IndexError):
             cpu, ticks = None, None
         return cls(cpu, ticks)
+
+
+def process_cpu(pid: int) -> float:
+    """The process's user + system CPU seconds so far, from /proc (Linux). Raises OSError when it is gone."""
+    with open(f"/proc/{pid}/stat") as stat:
+        # The command name (field 2) may hold spaces; utime and stime are fields 14 and 15.
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class BackendMeter:
+    """The CPU of the PostgreSQL backends serving the benchmark's database: each connection to PostgreSQL is served
+    by a process of its own on the server (this machine's, so its /proc shows them), which ``pg_stat_activity`` names
+    by pid. The meter's own connection, and the server's shared processes (WAL writer, checkpointer, autovacuum),
+    are not counted: they cannot be told apart by whom they work for."""
+
+    _BACKENDS = (
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        " AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+    )
+
+    def __init__(self, connection: asyncpg.Connection) -> None:
+        self._connection = connection
+        self._start: dict[int, float] = {}
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def on(cls, database_url: str) -> AsyncIterator[BackendMeter]:
+        connection = await asyncpg.connect(plain_postgres_url(database_url))
+        try:
+            yield cls(connection)
+        finally:
+            await connection.close()
+
+    async def _readings(self) -> dict[int, float]:
+        readings = {}
+        for row in await self._connection.fetch(self._BACKENDS):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                readings[row["pid"]] = process_cpu(row["pid"])
+        return readings
+
+    async def start(self) -> None:
+        self._start = await self._readings()
+
+    async def seconds(self) -> float:
+        """CPU seconds since ``start``: a backend that came since is counted whole; one that went is lost (the
+        arbiter's pools keep their connections, so few do)."""
+        end = await self._readings()
+        return sum(cpu - self._start.get(pid, 0.0) for pid, cpu in end.items())
 
 
 @dataclass(frozen=True)
@@ -141,6 +198,7 @@ class Result:
     usage: Usage
     processes: int = 1
     mcp: Result | None = None  # the same run over MCP
+    bases: tuple[str, ...] = ()  # the arbiter processes' URLs
 
     def row(self) -> list[str]:
         lat = sorted(self.tally.latencies)
@@ -157,19 +215,33 @@ class Result:
             f"{len(lat) / self.seconds:,.0f}",
             f"{p50:.2f}",
             f"{p99:.2f}",
-            f"{self.tally.refusals}",
+            f"{self.tally.refused()}",
             f"{self.tally.errors}",
-            _cpu_per_request(self),
-            "n/a" if self.mcp is None else _cpu_per_request(self.mcp),
+            _micros(self.usage.cpu_seconds, len(self.tally.latencies)),
+            _micros(self.usage.cpu_seconds, self.tally.grants),
+            _micros(self.usage.database_seconds, len(self.tally.latencies)),
+            _micros(self.total_cpu_seconds, len(self.tally.latencies)),
+            "n/a" if self.mcp is None else _micros(self.mcp.usage.cpu_seconds, len(self.mcp.tally.latencies)),
             "n/a" if self.usage.steal is None else f"{self.usage.steal:.0%}",
         ]
 
+    @property
+    def total_cpu_seconds(self) -> float | None:
+        """The arbiter processes' CPU and their PostgreSQL backends' (None without both)."""
+        if self.usage.cpu_seconds is None or self.usage.database_seconds is None:
+            return None
+        return self.usage.cpu_seconds + self.usage.database_seconds
 
-def _cpu_per_request(result: Result) -> str:
-    requests = len(result.tally.latencies)
-    if result.usage.cpu_seconds is None or not requests:
+    def total_per_request(self) -> float | None:
+        total, requests = self.total_cpu_seconds, len(self.tally.latencies)
+        return None if total is None or not requests else total / requests
+
+
+def _micros(seconds: float | None, count: int) -> str:
+    """Seconds per count, in µs; n/a when there is nothing to divide."""
+    if seconds is None or not count:
         return "n/a"
-    return f"{result.usage.cpu_seconds / requests * 1e6:,.0f}"
+    return f"{seconds / count * 1e6:,.0f}"
 
 
 HEADER = [
@@ -186,6 +258,9 @@ HEADER = [
     "refused",
     "errors",
     "cpu µs/request",
+    "cpu µs/grant",
+    "db µs/request",
+    "total µs/request",
     "MCP cpu µs/request",
     "steal",
 ]
@@ -270,9 +345,10 @@ class Client:
         self._rng = random.Random(token)
         self._last_seq = 0
 
-    def _verdict(self, granted: bool) -> bool:
+    def _verdict(self, call: str, granted: bool, reason: object) -> bool:
+        """Whether the pool granted the call; a refusal is counted by the call and its reason."""
         if not granted:
-            self._tally.refusals += 1
+            self._tally.refusals[f"{call} {reason}"] += 1
         return granted
 
     async def step(self) -> None:
@@ -357,18 +433,20 @@ class HttpClient(Client):
 
     async def claim(self, channel: str, tier: str) -> str | None:
         data = await self._call("POST", channel, "/claims", {"tier": tier})
-        return data["claim"]["claim_id"] if data is not None and self._verdict(data["granted"]) else None
+        granted = data is not None and self._verdict("claim", data["granted"], data.get("reason"))
+        return data["claim"]["claim_id"] if granted else None
 
     async def speak(self, channel: str, claim: str, text: str, tier: str) -> int | None:
         data = await self._call("POST", channel, f"/claims/{claim}/speak", {"text": text, "tier": tier})
-        return data["message"]["seq"] if data is not None and self._verdict(data["granted"]) else None
+        granted = data is not None and self._verdict("speak", data["granted"], data.get("reason"))
+        return data["message"]["seq"] if granted else None
 
     async def release(self, channel: str, claim: str) -> None:
         await self._call("DELETE", channel, f"/claims/{claim}")
 
     async def consume(self, channel: str, text: str) -> bool:
         data = await self._call("POST", channel, "/consume", {"tier": "aizuchi", "text": text})
-        return data is not None and self._verdict(data["granted"])
+        return data is not None and self._verdict("consume", data["granted"], data.get("reason"))
 
     async def status(self, channel: str) -> None:
         await self._call("GET", channel, "/status")
@@ -445,18 +523,20 @@ class McpClient(Client):
 
     async def claim(self, channel: str, tier: str) -> str | None:
         data = await self._tool("claim", {"channel": channel, "tier": tier})
-        return data["claim"]["claim_id"] if data is not None and self._verdict(data["granted"]) else None
+        granted = data is not None and self._verdict("claim", data["granted"], data.get("reason"))
+        return data["claim"]["claim_id"] if granted else None
 
     async def speak(self, channel: str, claim: str, text: str, tier: str) -> int | None:
         data = await self._tool("speak", {"channel": channel, "claim_id": claim, "message": text, "tier": tier})
-        return data["message"]["seq"] if data is not None and self._verdict(data["granted"]) else None
+        granted = data is not None and self._verdict("speak", data["granted"], data.get("reason"))
+        return data["message"]["seq"] if granted else None
 
     async def release(self, channel: str, claim: str) -> None:
         await self._tool("release", {"channel": channel, "claim_id": claim})
 
     async def consume(self, channel: str, text: str) -> bool:
         data = await self._tool("consume", {"channel": channel, "tier": "aizuchi", "message": text})
-        return data is not None and self._verdict(data["success"])
+        return data is not None and self._verdict("consume", data["success"], data.get("reason"))
 
     async def status(self, channel: str) -> None:
         await self._tool("status", {"channel": channel})
@@ -476,18 +556,20 @@ class ServiceClient(Client):
 
     async def claim(self, channel: str, tier: str) -> str | None:
         result = await self._service.claim(channel, self._persona, Tier(tier))
-        return result.claim.claim_id if self._verdict(result.granted) and result.claim is not None else None
+        granted = self._verdict("claim", result.granted, result.reason)
+        return result.claim.claim_id if granted and result.claim is not None else None
 
     async def speak(self, channel: str, claim: str, text: str, tier: str) -> int | None:
         result = await self._service.speak(channel, self._persona, claim, text, tier=Tier(tier))
-        return result.message.seq if self._verdict(result.granted) and result.message is not None else None
+        granted = self._verdict("speak", result.granted, result.reason)
+        return result.message.seq if granted and result.message is not None else None
 
     async def release(self, channel: str, claim: str) -> None:
         await self._service.release(channel, self._persona, claim)
 
     async def consume(self, channel: str, text: str) -> bool:
         result = await self._service.consume(channel, self._persona, text, tier=Tier.AIZUCHI)
-        return self._verdict(result.granted)
+        return self._verdict("consume", result.granted, result.reason)
 
     async def status(self, channel: str) -> None:
         await self._service.status(channel, self._persona)
@@ -497,13 +579,16 @@ class ServiceClient(Client):
 
 
 @contextlib.asynccontextmanager
-async def arbiter_process(database_url: str, personas: dict[str, str]) -> AsyncIterator[tuple[str, int]]:
+async def arbiter_process(
+    database_url: str, personas: dict[str, str], *, port: int = 0
+) -> AsyncIterator[tuple[str, int]]:
+    """``aizuchi arbiter`` on ``database_url``, listening on ``port`` (0: a free one); its base URL and pid."""
     env = {
         **os.environ,
         "ARBITER_DATABASE_URL": database_url,
         "ARBITER_ADMIN_TOKEN": ADMIN,
         "ARBITER_PERSONA_TOKENS": json.dumps(personas),
-        "ARBITER_PORT": "0",
+        "ARBITER_PORT": str(port),
         "ARBITER_LOG_LEVEL": "WARNING",
     }
     process = await asyncio.create_subprocess_exec(
@@ -528,9 +613,11 @@ async def _run_mix(
     channels: list[str],
     seconds: float,
     pids: list[int],
+    *,
+    meter: BackendMeter | None = None,
 ) -> tuple[float, Tally, Usage]:
     """Run the clients (and a person in every channel) for a warm-up, then ``seconds`` measured; ``pids`` are
-    the processes whose CPU time is metered (added up)."""
+    the processes whose CPU time is metered (added up), ``meter`` their PostgreSQL backends'."""
     stop = asyncio.Event()
     warmup, tally = Tally(), Tally()
 
@@ -553,11 +640,15 @@ async def _run_mix(
     await asyncio.sleep(min(2.0, seconds / 5))
     for worker in workers:
         worker._tally = tally
+    if meter is not None:
+        await meter.start()
     before = [Reading.take(pid) for pid in pids]
     started = time.perf_counter()
     await asyncio.sleep(seconds)
     elapsed = time.perf_counter() - started
     usage = Usage.total([Usage.between(first, Reading.take(pid)) for first, pid in zip(before, pids, strict=True)])
+    if meter is not None:
+        usage = dataclasses.replace(usage, database_seconds=await meter.seconds())
     for worker in workers:
         worker._tally = Tally()
     stop.set()
@@ -575,6 +666,7 @@ async def _measure(
     seconds: float,
     tokens: list[str],
     protocol: str = "http",
+    meter: BackendMeter | None = None,
 ) -> Result:
     admin = {"Authorization": f"Bearer {ADMIN}"}
     base = bases[0]
@@ -612,11 +704,11 @@ async def _measure(
                 workers = list(mcp)
             else:
                 workers = [HttpClient(connections[i], hosts, tokens[i], names, Tally()) for i in range(clients)]
-            elapsed, tally, usage = await _run_mix(workers, say, names, seconds, pids)
+            elapsed, tally, usage = await _run_mix(workers, say, names, seconds, pids, meter=meter)
         finally:
             for connection in (connection for mine in connections for connection in mine):
                 connection.close()
-    return Result(database, clients, channels, elapsed, tally, usage, processes=len(bases))
+    return Result(database, clients, channels, elapsed, tally, usage, processes=len(bases), bases=tuple(bases))
 
 
 async def _measure_fresh(
@@ -629,20 +721,27 @@ async def _measure_fresh(
     personas: dict[str, str],
     tokens: list[str],
 ) -> Result:
-    """One run on a new scratch database, with its own arbiter processes."""
+    """One run on a new scratch database (or the given one, emptied), with its own arbiter processes."""
     with tempfile.TemporaryDirectory() as scratch:
         dropped: tuple[str, str] | None = None
-        if database == "sqlite":
+        if args.database_url is not None:
+            url = args.database_url
+            await empty_database(url)
+        elif database == "sqlite":
             url = f"sqlite:///{scratch}/bench.db"
         else:
             url, name = await scratch_postgres(args.postgres_url)
             dropped = (args.postgres_url, name)
         try:
             async with contextlib.AsyncExitStack() as stack:
-                arbiters = [await stack.enter_async_context(arbiter_process(url, personas)) for _ in range(processes)]
+                arbiters = [
+                    await stack.enter_async_context(arbiter_process(url, personas, port=port))
+                    for port in ports(args.port, processes)
+                ]
                 bases, pids = [base for base, _ in arbiters], [pid for _, pid in arbiters]
+                meter = None if database == "sqlite" else await stack.enter_async_context(BackendMeter.on(url))
                 return await _measure(
-                    bases, pids, database, protocol=protocol,
+                    bases, pids, database, protocol=protocol, meter=meter,
                     clients=clients, channels=args.channels, seconds=args.seconds, tokens=tokens,
                 )  # fmt: skip
         finally:
@@ -670,7 +769,7 @@ async def _measure_without_http(
 
 
 async def scratch_postgres(server_url: str) -> tuple[str, str]:
-    plain = server_url.replace("postgresql+asyncpg://", "postgresql://")
+    plain = plain_postgres_url(server_url)
     name = f"aizuchi_bench_{os.getpid()}"
     conn = await asyncpg.connect(plain)
     try:
@@ -682,7 +781,7 @@ async def scratch_postgres(server_url: str) -> tuple[str, str]:
 
 
 async def drop_postgres(server_url: str, name: str) -> None:
-    conn = await asyncpg.connect(server_url.replace("postgresql+asyncpg://", "postgresql://"))
+    conn = await asyncpg.connect(plain_postgres_url(server_url))
     try:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
@@ -697,41 +796,91 @@ def _print_table(results: list[Result]) -> None:
     print("\n".join(lines))
 
 
+def _databases(args: argparse.Namespace) -> list[str]:
+    """The databases to run on: ``--database``'s, or the kind of the one ``--database-url`` gives."""
+    if args.database_url is None:
+        return ["sqlite", "postgres"] if args.database == "both" else [args.database]
+    given = "sqlite" if args.database_url.startswith("sqlite") else "postgres"
+    if args.database not in ("both", given):
+        raise ConfineError(f"--database {args.database} but --database-url is a {given} URL")
+    return [given]
+
+
 async def run_benchmark(args: argparse.Namespace) -> int:
-    databases = ["sqlite", "postgres"] if args.database == "both" else [args.database]
+    try:
+        databases = _databases(args)
+    except ConfineError as error:
+        print(f"aizuchi bench arbiter: {error}", file=sys.stderr)
+        return 2
     most = max(args.clients)
     personas = {f"p{index}": f"bench-persona-token-{index:04d}-xxxxxxxx" for index in range(most)}
     tokens = list(personas.values())
     results: list[Result] = []
     print(f"aizuchi bench arbiter: {args.seconds:g}s per run, {args.channels} channels, cpu count {os.cpu_count()}")
+    if args.port or args.database_url:
+        where = [f"ports from {args.port}" if args.port else "", "the given database" if args.database_url else ""]
+        print(f"  confined to {' and '.join(w for w in where if w)}")
     if "postgres" in databases and max(args.processes) > 1:
         print(
             "  several processes: each channel's requests go to one of them, by bots.affinity.home (as the personas')"
         )
-    if args.without_http:
-        # In this process, so only SQLite: the arbiter's own work, for comparison with the HTTP runs.
-        for clients in args.clients:
-            with tempfile.TemporaryDirectory() as scratch:
-                result = await _measure_without_http(
-                    f"sqlite:///{scratch}/bench.db",
-                    clients=clients, channels=args.channels, seconds=args.seconds, personas=personas,
-                )  # fmt: skip
-            results.append(result)
-            print("  " + " ".join(result.row()), flush=True)
-    runs = [("sqlite", 1)] if "sqlite" in databases else []
-    runs += [("postgres", processes) for processes in args.processes] if "postgres" in databases else []
-    for database, processes in runs:
-        for clients in args.clients:
-            by_protocol: dict[str, Result] = {}
-            for protocol in ("http", "mcp"):
-                # Each protocol on a database of its own: the second run would otherwise meet the first one's
-                # messages, and pay for them.
-                run = await _measure_fresh(
-                    args, database, processes, protocol=protocol, clients=clients, personas=personas, tokens=tokens
-                )
-                by_protocol[protocol] = run
-                print(f"  {protocol:>4} " + " ".join(run.row()), flush=True)
-            results.append(dataclasses.replace(by_protocol["http"], mcp=by_protocol["mcp"]))
+    try:
+        if args.without_http:
+            await _runs_without_http(args, databases, personas, results)
+        runs = [("sqlite", 1)] if "sqlite" in databases else []
+        runs += [("postgres", processes) for processes in args.processes] if "postgres" in databases else []
+        for database, processes in runs:
+            for clients in args.clients:
+                by_protocol: dict[str, Result] = {}
+                for protocol in ("http",) if args.without_mcp else ("http", "mcp"):
+                    # Each protocol on a database of its own: the second run would otherwise meet the first one's
+                    # messages, and pay for them.
+                    run = await _measure_fresh(
+                        args, database, processes, protocol=protocol, clients=clients, personas=personas, tokens=tokens
+                    )
+                    by_protocol[protocol] = run
+                    print(f"  {protocol:>4} " + " ".join(run.row()), flush=True)
+                    print(f"       at {', '.join(run.bases)}; refused: {run.tally.refusal_line()}", flush=True)
+                results.append(dataclasses.replace(by_protocol["http"], mcp=by_protocol.get("mcp")))
+    except ConfineError as error:
+        print(f"aizuchi bench arbiter: {error}", file=sys.stderr)
+        return 2
     print()
     _print_table(results)
+    _print_scaling(results)
     return 0
+
+
+async def _runs_without_http(
+    args: argparse.Namespace, databases: list[str], personas: dict[str, str], results: list[Result]
+) -> None:
+    # In this process, so only SQLite: the arbiter's own work, for comparison with the HTTP runs.
+    given = args.database_url if databases == ["sqlite"] else None
+    for clients in args.clients:
+        with tempfile.TemporaryDirectory() as scratch:
+            url = f"sqlite:///{scratch}/bench.db"
+            if given is not None:
+                url = given
+                await empty_database(url)
+            result = await _measure_without_http(
+                url, clients=clients, channels=args.channels, seconds=args.seconds, personas=personas
+            )
+        results.append(result)
+        print("  " + " ".join(result.row()), flush=True)
+
+
+def _print_scaling(results: list[Result]) -> None:
+    """On PostgreSQL with several processes: what a request costs in all (the backends' CPU included) with N
+    processes, as a multiple of one process's."""
+    by_processes = {
+        result.processes: cost
+        for result in results
+        if result.database == "postgres" and (cost := result.total_per_request()) is not None
+    }
+    one = by_processes.get(1)
+    for processes, cost in sorted(by_processes.items()):
+        if one and processes > 1:
+            print(
+                f"{processes} processes: {cost * 1e6:,.0f} µs of CPU per request in all (arbiters and their PostgreSQL"
+                f" backends), {cost / one:.2f}x one process's {one * 1e6:,.0f} µs"
+            )

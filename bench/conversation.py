@@ -6,7 +6,9 @@ is the scripted one, given a fixed latency: it answers from the persona's lines,
 answering. It costs no tokens, so prompt sizes are estimated from the prompts it was really sent. Time runs
 faster than the clock by ``--speed`` (every duration - recoveries, waits, latency, the person's pace - is
 divided by it); times are reported in conversation seconds. How distinct the personas sound is measured on the
-transcript (bench.transcript_metrics).
+transcript (bench.transcript_metrics). What the providers' prompt caches would read and write of those requests,
+and what a busy channel-day costs with and without them on each built-in profile's model, is replayed on them
+(bench.prompt_cache).
 
 The person's script mixes what people say in a group chat: greetings, questions put to one persona by name
 (some asking for an explanation), questions to everyone, thanks, plain statements, a farewell.
@@ -20,6 +22,7 @@ import json
 import math
 import random
 import statistics
+import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -33,11 +36,22 @@ from aiohttp import web
 from arbiter.contract import AuthorKind, Tier
 from arbiter.server import open_arbiter
 from arbiter.settings import ArbiterSettings
+from bench.confine import ConfineError, empty_database
+from bench.prompt_cache import (
+    BUSY_DAY_MESSAGES,
+    BUSY_DAY_PACE_S,
+    CachedCall,
+    DayCost,
+    busy_day,
+    stable_beginning,
+)
 from bench.transcript_metrics import TranscriptScores, measure, profile_text
 from bots.arbiter_client import ArbiterClient
 from bots.language.kinds import is_question
 from bots.language.text import nod_repeats, repeats
 from bots.llm.base import ChatProvider, Completion, CompletionRequest, DecisionRequest, DecisionResult
+from bots.llm.pricing import CHECKED, PRICES, model_price
+from bots.llm.profiles import BUILTIN_PROFILES
 from bots.llm.scripted import ScriptedProvider, estimate_prompt_tokens, estimate_tokens
 from bots.persona import Persona, load_personas
 from bots.platforms.memory import MemoryRoom
@@ -133,6 +147,17 @@ class PromptLog:
     entries: list[tuple[int, int]] = field(default_factory=list)  # (messages so far, prompt tokens)
     answers: list[int] = field(default_factory=list)  # completion tokens, estimated
     messages: int = 0
+    calls: list[CachedCall] = field(default_factory=list)  # for the prompt caches' replay
+    speed: float = 1.0
+    started: float = field(default_factory=time.monotonic)
+
+    def now(self) -> float:
+        """Conversation seconds since the run began."""
+        return (time.monotonic() - self.started) * self.speed
+
+    def called(self, request: DecisionRequest | CompletionRequest, prompt: int, answer: int) -> None:
+        beginning, tokens = stable_beginning(request)
+        self.calls.append(CachedCall(self.now(), beginning, tokens, prompt, answer))
 
 
 class MeteredProvider(ChatProvider):
@@ -144,15 +169,23 @@ class MeteredProvider(ChatProvider):
         self.name = inner.name
 
     async def complete(self, request: CompletionRequest) -> Completion:
-        self.log.entries.append((self.log.messages, estimate_prompt_tokens(request)))
-        return await self.inner.complete(request)
+        prompt = estimate_prompt_tokens(request)
+        self.log.entries.append((self.log.messages, prompt))
+        completion = await self.inner.complete(request)
+        calls = [{"name": call.name, "arguments": call.arguments} for call in completion.tool_calls]
+        answer = estimate_tokens(completion.text + json.dumps(calls, ensure_ascii=False))
+        self.log.called(request, prompt, answer)
+        return completion
 
     async def decide(self, request: DecisionRequest) -> DecisionResult:
-        self.log.entries.append((self.log.messages, estimate_prompt_tokens(request)))
+        prompt = estimate_prompt_tokens(request)
+        self.log.entries.append((self.log.messages, prompt))
         result = await self.inner.decide(request)
         decision = result.decision
         answer = {"action": decision.action, "text": decision.text, "memory": decision.memory}
-        self.log.answers.append(estimate_tokens(json.dumps(answer, ensure_ascii=False)))
+        answered = estimate_tokens(json.dumps(answer, ensure_ascii=False))
+        self.log.answers.append(answered)
+        self.log.called(request, prompt, answered)
         return result
 
     async def aclose(self) -> None:
@@ -248,6 +281,7 @@ class ModeResult:
     conversation: Conversation
     scores: TranscriptScores
     speed: float
+    days: dict[str, DayCost] = field(default_factory=dict)  # a busy channel-day, by model
 
     @property
     def nod_share(self) -> float:
@@ -291,6 +325,15 @@ class ModeResult:
             rows[f"prompt tokens per request, history {bucket}"] = "-" if math.isnan(tokens) else f"{tokens:.0f}"
         answers = self.answer_tokens
         rows["answer tokens per decision (with notes)"] = "-" if math.isnan(answers) else f"{answers:.0f}"
+        for model, day in self.days.items():
+            used = day.usage
+            requests = max(1.0, day.requests)
+            rows[f"{model}: cache read / written per request"] = (
+                f"{used.cache_read_tokens / requests:.0f} / {used.cache_write_tokens / requests:.0f}"
+            )
+            rows[f"{model}: busy channel-day, cached / uncached"] = (
+                f"${day.cached:.2f} / ${day.uncached:.2f} ({-day.saved:+.0%})"
+            )
         return rows
 
     def targets(self) -> list[tuple[str, bool]]:
@@ -329,17 +372,20 @@ async def _run_mode(mode: str, args: argparse.Namespace, scratch: Path) -> ModeR
     speed = args.speed
     personas = load_personas(Path(args.personas_dir), args.personas.split(","))
     tokens = {p.id: f"bench-{p.id}-token-0000000000" for p in personas}
-    settings = ArbiterSettings(
-        database_url=f"sqlite:///{scratch / f'{mode}.db'}", persona_tokens=tokens, _env_file=None
-    )
-    log = PromptLog()
+    url = f"sqlite:///{scratch / f'{mode}.db'}"
+    if args.database_url is not None:
+        url = args.database_url
+        await empty_database(url)  # each mode on it as on a scratch one
+    settings = ArbiterSettings(database_url=url, persona_tokens=tokens, _env_file=None)
+    log = PromptLog(speed=speed)
     room = MemoryRoom()
     async with open_arbiter(settings) as arbiter:
         runner = web.AppRunner(arbiter.app, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
+        site = web.TCPSite(runner, "127.0.0.1", args.port)
         await site.start()
         port = runner.addresses[0][1]
+        print(f"{mode}: the arbiter's API at http://127.0.0.1:{port}", flush=True)
         await arbiter.service.ensure_channel(
             CHANNEL,
             {
@@ -397,7 +443,19 @@ async def _run_mode(mode: str, args: argparse.Namespace, scratch: Path) -> ModeR
         conversation=Conversation(history),
         scores=measure([(m.author_id, m.text) for m in history], {p.id: profile_text(p) for p in personas}),
         speed=speed,
+        days=_busy_days(log, args),
     )
+
+
+def _busy_days(log: PromptLog, args: argparse.Namespace) -> dict[str, DayCost]:
+    """A busy channel-day on each built-in profile's model, from the run's requests."""
+    days = {}
+    for name in ("anthropic", "openai"):
+        profile = BUILTIN_PROFILES[name]
+        price = model_price(profile.provider, profile.model)  # type: ignore[arg-type]
+        if price is not None:
+            days[profile.model] = busy_day(log.calls, args.lines, args.every, price)
+    return days
 
 
 async def _history(service: ArbiterService) -> list[MessageView]:
@@ -434,6 +492,7 @@ def _print(results: list[ModeResult], args: argparse.Namespace) -> None:
     for label in labels:
         cells = " | ".join(row[label].rjust(c) for row, c in zip(rows, columns, strict=True))
         print(f"| {label.ljust(width)} | {cells} |")
+    _print_prices(results, args)
     for result in results:
         print(f"\nby speaker ({result.mode}): distinctness, persona accuracy")
         for score in result.scores.speakers:
@@ -452,6 +511,25 @@ def _print(results: list[ModeResult], args: argparse.Namespace) -> None:
             print(f"\n{result.mode} transcript written to {path}")
 
 
+def _print_prices(results: list[ModeResult], args: argparse.Namespace) -> None:
+    """Where the day's costs come from: the price table's rows, and what a busy day is."""
+    models = {model for result in results for model in result.days}
+    if not models:
+        return
+    print(
+        f"\nbusy channel-day: {BUSY_DAY_MESSAGES} people's messages, the run's requests per message; the run's time"
+        f" stretched x{BUSY_DAY_PACE_S / args.every:.1f} (a message every {BUSY_DAY_PACE_S:.0f} s) for the cache"
+        f" lifetimes. Prices per million tokens, from bots/llm/pricing.py (read {CHECKED}):"
+    )
+    for model in sorted(models):
+        price = PRICES[next(prefix for prefix in PRICES if model.startswith(prefix))]
+        print(
+            f"  {model}: input ${price.input:g}, cache write ${price.cache_write:g}, cache read ${price.cache_read:g},"
+            f" output ${price.output:g}; caches {price.min_cacheable:,}+ tokens for {price.cache_ttl_s / 60:g} min"
+            f" ({price.source})"
+        )
+
+
 def _transcript_path(path: Path, mode: str, modes: int) -> Path:
     """``path`` itself for one mode; ``name.<mode>.ext`` beside it for each of several."""
     return path if modes == 1 else path.with_name(f"{path.stem}.{mode}{path.suffix}")
@@ -465,6 +543,10 @@ async def run_benchmark(args: argparse.Namespace) -> int:
         f" seed {args.seed}\n"
     )
     with tempfile.TemporaryDirectory() as scratch:
-        results = [await _run_mode(mode, args, Path(scratch)) for mode in modes]
+        try:
+            results = [await _run_mode(mode, args, Path(scratch)) for mode in modes]
+        except ConfineError as error:
+            print(f"aizuchi bench conversation: {error}", file=sys.stderr)
+            return 2
     _print(results, args)
     return 0

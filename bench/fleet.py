@@ -28,6 +28,7 @@ import contextlib
 import os
 import random
 import statistics
+import sys
 import tempfile
 import time
 from array import array
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from bench.arbiter_load import ADMIN, Reading, Usage, arbiter_process, drop_postgres, scratch_postgres
+from bench.confine import ConfineError, empty_database
 from bots.arbiter_client import ArbiterClient
 from bots.llm.scripted import ScriptedProvider
 from bots.persona import load_personas
@@ -271,7 +273,8 @@ async def _measure(args: argparse.Namespace, database: str, url: str) -> Result:
         raise SystemExit(f"--personas {args.personas}: only {len(personas)} personas in {args.personas_dir}")
     tokens = {p.id: f"bench-fleet-token-{p.id}-0123456789" for p in personas}
     names = [f"fleet-{index}" for index in range(args.channels)]
-    async with arbiter_process(url, tokens) as (base, pid):
+    async with arbiter_process(url, tokens, port=args.port) as (base, pid):
+        print(f"  the arbiter at {base}", flush=True)
         admin = {"Authorization": f"Bearer {ADMIN}"}
         connector = aiohttp.TCPConnector(limit=64)
         async with aiohttp.ClientSession(connector=connector) as session:
@@ -373,13 +376,21 @@ async def run_benchmark(args: argparse.Namespace) -> int:
     )
     with tempfile.TemporaryDirectory() as scratch:
         dropped: tuple[str, str] | None = None
-        if args.database == "sqlite":
+        if args.database_url is not None:
+            url = args.database_url
+            try:
+                await empty_database(url)
+            except ConfineError as error:
+                print(f"aizuchi bench fleet: {error}", file=sys.stderr)
+                return 2
+        elif args.database == "sqlite":
             url = f"sqlite:///{scratch}/fleet.db"
         else:
             url, name = await scratch_postgres(args.postgres_url)
             dropped = (args.postgres_url, name)
         try:
-            result = await _measure(args, args.database, url)
+            database = "sqlite" if url.startswith("sqlite") else "postgres"
+            result = await _measure(args, database, url)
         finally:
             if dropped is not None:
                 await drop_postgres(*dropped)

@@ -207,6 +207,10 @@ class NodEmoji(BaseModel):
         return self.model_copy(update={"image": image})
 
 
+# An image's address, as Discord takes a webhook message's avatar_url.
+AvatarUrl = Annotated[str, StringConstraints(strip_whitespace=True, pattern=r"^https?://\S+$", max_length=2048)]
+
+
 class Persona(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -230,6 +234,13 @@ class Persona(BaseModel):
         # None given: one made from the id, as `aizuchi personas import` writes it (bots/colors.py says how).
         default_factory=lambda data: persona_color(str(data.get("id", ""))),
         description="its name chip's colour in the local room",
+    )
+    avatar_url: (
+        Annotated[str, StringConstraints(strip_whitespace=True, pattern=r"^https?://\S+$", max_length=2048)] | None
+    ) = Field(
+        None,
+        description="its picture on Discord when it posts through a webhook (one-application mode): an http(s) address "
+        "of an image",
     )
     react_with_emoji: bool = Field(False, description="on Discord, give aizuchi as an emoji reaction when it fits")
     nod_emojis: list[NodEmoji] = Field(

@@ -31,9 +31,11 @@ if TYPE_CHECKING:
 __all__ = (
     "COLUMNS_NOTE",
     "LANGUAGE_NAMES",
+    "MOVES",
     "OWN_LINES",
     "SPEAKER_MARKS",
     "length_limit",
+    "moves_now",
     "persona_prompt",
     "rules_prompt",
     "transcript_turn",
@@ -43,6 +45,8 @@ LANGUAGE_NAMES = {"en": "English", "ja": "Japanese"}
 # How the transcript marks each speaker after its name: "[Yui (person)] ...".
 SPEAKER_MARKS = {AuthorKind.HUMAN: "person", AuthorKind.PERSONA: "persona", AuthorKind.BOT: "bot"}
 _OWN_MARK = "you"
+# Every move, in the order the rules list them.
+MOVES = ("pass", *(str(tier) for tier in Tier))
 # A quoted message longer than this is cut (it is in the transcript above in full).
 _QUOTE_CHARS = 280
 # A persona never says again one of its own last this many lines: the runtime keeps them and drops a reply that
@@ -79,30 +83,35 @@ def persona_prompt(persona: Persona) -> str:
 
 def rules_prompt(
     persona: Persona,
-    actions: Sequence[str],
     max_lengths: Mapping[str, int],
     topic: str,
     *,
     keeps_notes: bool = False,
     emoji_nods: Sequence[str] = (),
+    reactions: bool = True,
 ) -> str:
-    """``emoji_nods``: the persona's own emojis it may nod with here (``:name:``), each shown as a reaction."""
+    """The room's rules, every move with its length (``max_lengths``: each tier's, in columns). The same whatever
+    the persona may do this time (:func:`moves_now` says that, at the end of the conversation), so that the system
+    prompt is the same on each of its calls in a channel and a provider can cache it. ``emoji_nods``: the persona's
+    own emojis it may nod with here (``:name:``), each shown as a reaction; ``reactions``: whether the platform shows
+    an emoji nod as a reaction (a webhook posts it as a message)."""
 
     def guide(action: str) -> str:
         line = f"- {action}: {_TIER_GUIDE[action]}"
         if action in max_lengths:
             line += f" ({length_limit(max_lengths[action])})"
         if action == Tier.AIZUCHI and persona.react_with_emoji:
-            line += "; a single emoji works too, shown as a reaction"
+            line += "; a single emoji works too" + (", shown as a reaction" if reactions else "")
             if emoji_nods:
                 line += f", and so do your own emojis, written just so: {' '.join(emoji_nods)}"
         return line
 
     lines = [
-        "The room takes turns by a shared speaking budget, so choose your move carefully. You may:",
-        *(guide(action) for action in actions),
+        "The room takes turns by a shared speaking budget, so choose your move carefully. The moves (the end of the"
+        " conversation says which you may make this time):",
+        *(guide(action) for action in MOVES),
     ]
-    if any(action in max_lengths for action in actions):
+    if any(action in max_lengths for action in MOVES):
         lines.append(COLUMNS_NOTE)
     lines.append(
         "Rules: reply to the message you are shown, like a person in the room would: answer a question (work it "
@@ -116,6 +125,18 @@ def rules_prompt(
     if topic:
         lines.append(f"The moderators set the topic: {topic}")
     return "\n".join(lines)
+
+
+def moves_now(moves: Sequence[str], max_lengths: Mapping[str, int]) -> str:
+    """Which moves the persona may make this time (what its claim allows), each with its length: the line that ends
+    the conversation's turn, after the message to reply to."""
+
+    def move(action: str) -> str:
+        return f"{action} ({length_limit(max_lengths[action])})" if action in max_lengths else action
+
+    named = [move(action) for action in moves]
+    listed = named[0] if len(named) == 1 else f"{', '.join(named[:-1])} or {named[-1]}"
+    return f"This time you may: {listed}."
 
 
 def _speaker(message: MessageView, persona: Persona) -> str:
@@ -161,6 +182,8 @@ def transcript_turn(
     *,
     memory: MemoryUpdate | None = None,
     keeps_notes: bool = False,
+    moves: Sequence[str] = (),
+    max_lengths: Mapping[str, int] | None = None,
 ) -> Turn:
     """The conversation as one user turn: the persona's notes, the transcript, oldest first, and the message to
     reply to.
@@ -168,7 +191,8 @@ def transcript_turn(
     ``own_lines``: the persona's own recent lines (oldest first); those of its last ``OWN_LINES`` not in the window
     are listed so that it says something else. ``memory``: its notes and the last message they take in;
     ``keeps_notes``: whether it is asked to keep notes (then it is told it has none yet when ``memory`` is None).
-    Messages the notes already take in are marked apart from the new ones.
+    Messages the notes already take in are marked apart from the new ones. ``moves``: what the persona may do this
+    time, said last (:func:`moves_now`, with ``max_lengths``).
     """
     lines = [f"[{_speaker(m, persona)}] {_one_line(m.text)}" for m in window]
     if memory is not None:
@@ -190,4 +214,6 @@ def transcript_turn(
     if earlier:
         parts += ["", "Lines you said before these - say something else now:", *(f"- {_one_line(x)}" for x in earlier)]
     parts += ["", _cue(persona, window, status)]
+    if moves:
+        parts.append(moves_now(moves, max_lengths or {}))
     return Turn(role="user", text="\n".join(parts))

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
 
     from bots.arbiter_client import ArbiterClient
+    from bots.image_fetch import ImageFetcher
     from bots.llm.base import ChatProvider, LLMAuthError, LLMError, Usage
     from bots.mcp_host import ToolHost
     from bots.persona import Persona
@@ -55,8 +56,10 @@ class RuntimeStats:
     """What a persona did; the tests and the conversation benchmark read these."""
 
     llm_requests: int = 0
-    prompt_tokens: int = 0
+    prompt_tokens: int = 0  # every input token, those of the provider's prompt cache included
     completion_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
     claims: int = 0
     refused_claims: int = 0
     posted: Counter[str] = field(default_factory=Counter)  # by tier
@@ -76,6 +79,8 @@ class RuntimeStats:
         if usage is not None:
             self.prompt_tokens += usage.prompt_tokens
             self.completion_tokens += usage.completion_tokens
+            self.cache_read_tokens += usage.cache_read_tokens
+            self.cache_write_tokens += usage.cache_write_tokens
             self.prompt_sizes.append(usage.prompt_tokens)
 
 
@@ -114,10 +119,13 @@ class PersonaRuntime:
         tools: ToolHost | None = None,
         follower: StreamFollower | None = None,
         on_decision: Callable[[LookPlanned], None] | None = None,
+        images: ImageFetcher | None = None,
     ) -> None:
         """``follower``: the event stream of the process's personas (``personas_stream``), which it then shares with
         them; by default a stream of its own. ``on_decision``: told of every look's plan as it is made, before the
-        claim goes out; for measuring (``aizuchi bench fleet``)."""
+        claim goes out; for measuring (``aizuchi bench fleet``). ``images``: checks and fetches the images a prompt
+        shows (shared by the process's personas); without, they go by address unchecked, and the room's not at
+        all."""
         self.persona = persona
         self.provider = provider
         self.tools = tools  # its MCP servers' tools, connected (None or empty: a decision alone, one request)
@@ -129,6 +137,7 @@ class PersonaRuntime:
         self.sleep = sleep
         self.stats = RuntimeStats()
         self.on_decision = on_decision
+        self.images = images
         # One multiplexed event stream for every channel it takes part in (GET /v1/events), shared with the other
         # personas of the process when they run together.
         self._owns_follower = follower is None

@@ -37,10 +37,11 @@ def scene_of(
     *,
     emoji_nods: Sequence[str] = (),
     images: Collection[str] = (),
+    moves: Sequence[str] = (),
 ) -> Scene:
     """What ``persona`` is shown of ``window`` (oldest first), with its own ``own_lines`` not among it; and
     ``emoji_nods``, its own emojis it may nod with here. ``images``: the addresses of the images the model is
-    given (``bots.images.prompt_images``)."""
+    given (``bots.images.prompt_images``). ``moves``: what it may do this time."""
     shown = {message.text for message in window}
     return Scene(
         names=(persona.display_name, *persona.aliases),
@@ -50,6 +51,7 @@ def scene_of(
         topic=status.topic,
         notes=None if memory is None else memory.state.model_dump(),
         emoji_nods=tuple(emoji_nods),
+        moves=tuple(moves),
     )
 
 

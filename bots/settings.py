@@ -54,6 +54,16 @@ class BotsSettings(BaseSettings):
         validation_alias=AliasChoices("AIZUCHI_PERSONA_TOKENS", "ARBITER_PERSONA_TOKENS"),
         description="the personas' bearer tokens for the arbiter (the same variable the arbiter reads)",
     )
+    webhooks: bool = Field(
+        False,
+        description="one-application mode: a persona without a Discord token of its own posts through a channel "
+        "webhook of the arbiter's bot, under its own name and avatar (the bot needs Manage Webhooks)",
+    )
+    arbiter_discord_token: SecretStr | None = Field(
+        None,
+        validation_alias="ARBITER_DISCORD_TOKEN",
+        description="the arbiter bot's token, which webhook personas post through (the variable the arbiter reads)",
+    )
     image_messages: int = Field(
         3, ge=0, le=24, description="images are shown to a model from this many of the latest messages only; 0 = none"
     )

@@ -10,6 +10,17 @@ from __future__ import annotations
 
 from aizuchi.discord_check.check import Account, Problem, Report, check_setup
 from aizuchi.discord_check.commands import check_at_start, run_check
-from aizuchi.discord_check.needs import ARBITER, PERSONA, Needs
+from aizuchi.discord_check.needs import ARBITER, ARBITER_WITH_WEBHOOKS, PERSONA, Needs
 
-__all__ = ("ARBITER", "PERSONA", "Account", "Needs", "Problem", "Report", "check_at_start", "check_setup", "run_check")
+__all__ = (
+    "ARBITER",
+    "ARBITER_WITH_WEBHOOKS",
+    "PERSONA",
+    "Account",
+    "Needs",
+    "Problem",
+    "Report",
+    "check_at_start",
+    "check_setup",
+    "run_check",
+)

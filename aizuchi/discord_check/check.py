@@ -23,7 +23,7 @@ import aiohttp
 import discord
 import yarl
 
-from aizuchi.discord_check.needs import ARBITER, permission_names
+from aizuchi.discord_check.needs import permission_names
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -107,7 +107,7 @@ class _Server:
 async def check_setup(
     accounts: Sequence[Account], *, configured_guilds: Sequence[int] = (), enabled: Sequence[str] | None
 ) -> Report:
-    """Check ``accounts`` (the arbiter's, if any, has ``needs`` ARBITER) against Discord. ``configured_guilds``:
+    """Check ``accounts`` (the arbiter's, if any, has ``needs.arbiter``) against Discord. ``configured_guilds``:
     ARBITER_DISCORD_GUILDS; ``enabled``: the ids of the channels the fleet is enabled in (None: not known)."""
     report = Report()
     clients = [discord.Client(intents=discord.Intents(guilds=True)) for _ in accounts]
@@ -118,7 +118,7 @@ async def check_setup(
             if isinstance(result, Problem):
                 report.add(result.text, said_at_start=result.said_at_start)
         report.bots = len(bots)
-        arbiter = next((bot for bot in bots if bot.account.needs is ARBITER), None)
+        arbiter = next((bot for bot in bots if bot.account.needs.arbiter), None)
         _describe(report, bots, arbiter)
         _same_bots(report, bots)
         scope = _scope(bots, arbiter, configured_guilds)
@@ -328,7 +328,7 @@ async def _in_channels(report: Report, bots: list[_Bot], server: _Server, label:
             lacking = bot.account.needs.lacking(has, thread=thread)
             if not lacking:
                 continue
-            if bot.account.needs is not ARBITER and not has.view_channel:
+            if not bot.account.needs.arbiter and not has.view_channel:
                 # A persona kept out of a channel takes no part there: that may well be meant.
                 report.notes.append(f"{bot.account.who} does not see {where} of {label}: it takes no part there")
                 continue

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from aizuchi.connection import use_discord
 from aizuchi.discord_check.check import Account, Problem, check_setup
 from aizuchi.discord_check.enabled import enabled_channels
-from aizuchi.discord_check.needs import ARBITER, PERSONA
+from aizuchi.discord_check.needs import ARBITER, ARBITER_WITH_WEBHOOKS, PERSONA
 from bots.persona import load_personas
 
 if TYPE_CHECKING:
@@ -40,10 +40,12 @@ _log = logging.getLogger(__name__)
 START_CHECK_S = 15.0
 
 
-def _arbiter_account(settings: ArbiterSettings) -> Account | None:
+def _arbiter_account(settings: ArbiterSettings, *, webhooks: bool) -> Account | None:
+    """The arbiter's bot; in one-application mode it also needs Manage Webhooks."""
     if settings.discord_token is None:
         return None
-    return Account("the arbiter's bot", "ARBITER_DISCORD_TOKEN", settings.discord_token.get_secret_value(), ARBITER)
+    needs = ARBITER_WITH_WEBHOOKS if webhooks else ARBITER
+    return Account("the arbiter's bot", "ARBITER_DISCORD_TOKEN", settings.discord_token.get_secret_value(), needs)
 
 
 def _persona_account(persona: Persona, token: str) -> Account:
@@ -58,7 +60,7 @@ async def run_check(
     personas = load_personas(bots.personas_dir, bots.personas or None)
     unset: list[Problem] = []
     accounts: list[Account] = []
-    arbiter = _arbiter_account(settings)
+    arbiter = _arbiter_account(settings, webhooks=bots.webhooks)
     if arbiter is None:
         unset.append(
             Problem("ARBITER_DISCORD_TOKEN is not set: without it aizuchi run opens the local room, not Discord")
@@ -69,6 +71,8 @@ async def run_check(
         token = env.get(persona.discord_token_env or "", "").strip()
         if token:
             accounts.append(_persona_account(persona, token))
+        elif bots.webhooks:
+            print(f"{persona.id} posts through the channels' webhooks of the arbiter's bot (one-application mode)")
         elif persona.discord_token_env:
             unset.append(Problem(f"{persona.id} has no Discord token: set {persona.discord_token_env} in .env"))
         else:
@@ -98,11 +102,13 @@ async def check_at_start(
     discord_tokens: Mapping[str, str],
     channels: ChannelList,
     *,
+    webhooks: bool = False,
     within_s: float = START_CHECK_S,
 ) -> None:
     """The check as ``aizuchi run`` starts on Discord, before the bots log in: a warning per problem, then on.
-    ``discord_tokens``: the personas' that have one; ``channels``: the arbiter's channels."""
-    accounts = [account for account in [_arbiter_account(settings)] if account is not None]
+    ``discord_tokens``: the personas' that have one; ``channels``: the arbiter's channels; ``webhooks``:
+    one-application mode."""
+    accounts = [account for account in [_arbiter_account(settings, webhooks=webhooks)] if account is not None]
     accounts += [_persona_account(p, discord_tokens[p.id]) for p in personas if p.id in discord_tokens]
     enabled = [channel.channel_id for channel in channels.channels if channel.enabled]
     try:

@@ -9,6 +9,11 @@ A persona's bot posts, shows typing, and nods with a reaction (View Channel, Sen
 too -, Add Reactions, and Read Message History, which Discord requires of every reaction: "This endpoint requires
 the READ_MESSAGE_HISTORY permission"). In a thread, posting takes Send Messages in Threads instead. It reads no
 message content and registers no commands: its invite asks for the ``bot`` scope only.
+
+In one-application mode (``AIZUCHI_WEBHOOKS``) the arbiter's bot also finds or makes each enabled channel's webhook,
+through which the personas without a bot of their own post: Discord's Create Webhook and Get Channel Webhooks
+"Require the MANAGE_WEBHOOKS permission" (a thread posts through its channel's webhook, so the channel's permission
+counts there too). Executing a webhook takes no permission at all.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from dataclasses import dataclass
 import discord
 from discord.utils import MISSING
 
-__all__ = ("ARBITER", "PERSONA", "Needs", "permission_names")
+__all__ = ("ARBITER", "ARBITER_WITH_WEBHOOKS", "PERSONA", "Needs", "permission_names")
 
 # Discord's names for the permissions, as its settings show them, in the order the messages list them.
 _LABELS = {
@@ -27,6 +32,7 @@ _LABELS = {
     "send_messages_in_threads": "Send Messages in Threads",
     "add_reactions": "Add Reactions",
     "read_message_history": "Read Message History",
+    "manage_webhooks": "Manage Webhooks",
 }
 
 
@@ -46,6 +52,7 @@ class Needs:
     channel: discord.Permissions
     thread: discord.Permissions
     scopes: tuple[str, ...]
+    arbiter: bool = False  # the arbiter's bot: it must see every enabled channel
 
     @property
     def invite(self) -> discord.Permissions:
@@ -67,7 +74,10 @@ class Needs:
 
 _READS = discord.Permissions(view_channel=True, read_message_history=True)
 
-ARBITER = Needs(channel=_READS, thread=_READS, scopes=("bot", "applications.commands"))
+_HOOKS = discord.Permissions(view_channel=True, read_message_history=True, manage_webhooks=True)
+
+ARBITER = Needs(channel=_READS, thread=_READS, scopes=("bot", "applications.commands"), arbiter=True)
+ARBITER_WITH_WEBHOOKS = Needs(channel=_HOOKS, thread=_HOOKS, scopes=("bot", "applications.commands"), arbiter=True)
 PERSONA = Needs(
     channel=discord.Permissions(view_channel=True, send_messages=True, add_reactions=True, read_message_history=True),
     thread=discord.Permissions(

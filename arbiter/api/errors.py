@@ -17,6 +17,7 @@ from arbiter.core.errors import (
     InvalidRequest,
     NotFound,
     PermissionDenied,
+    TooLarge,
 )
 from arbiter.storage.errors import StorageError
 
@@ -44,6 +45,7 @@ _STATUS: tuple[tuple[type[ArbiterError], int], ...] = (
     (PermissionDenied, 403),
     (NotFound, 404),
     (ConflictError, 409),
+    (TooLarge, 413),
     (InvalidRequest, 422),
     (StorageError, 503),
 )

@@ -260,7 +260,16 @@ async def _link(call: Call) -> BaseModel:
 async def _usage(call: Call) -> BaseModel:
     body: wire.UsageReport = call.body
     assert call.persona is not None
-    return await call.service.report_usage(call.channel_id, call.persona, body.prompt_tokens, body.completion_tokens)
+    return await call.service.report_usage(
+        call.channel_id,
+        call.persona,
+        body.prompt_tokens,
+        body.completion_tokens,
+        cache_read_tokens=body.cache_read_tokens,
+        cache_write_tokens=body.cache_write_tokens,
+        cache_read_rate=body.cache_read_rate,
+        cache_write_rate=body.cache_write_rate,
+    )
 
 
 async def _standing(call: Call) -> BaseModel:

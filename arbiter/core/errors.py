@@ -13,6 +13,7 @@ __all__ = (
     "InvalidRequest",
     "NotFound",
     "PermissionDenied",
+    "TooLarge",
 )
 
 
@@ -33,6 +34,12 @@ class InvalidRequest(ArbiterError):
     """Well-formed but not acceptable here, e.g. an amount above the channel's capacity."""
 
     code = "invalid"
+
+
+class TooLarge(InvalidRequest):
+    """Acceptable but for its size, e.g. an image over the bytes the room takes."""
+
+    code = "too_large"
 
 
 class NotFound(ArbiterError):

@@ -167,17 +167,17 @@ class ArbiterBot(discord.AutoShardedClient):
     async def _record(self, channel_id: str, message: discord.Message, *, at: float | None = None) -> bool:
         """Translate a Discord message into a record of the channel's history (``at``: see record_message).
         Whether it was new there."""
-        persona = self.service.registry.persona_of_platform_user(str(message.author.id))
+        persona = self._persona_of(message)
         if persona is not None:
             kind, author_id = AuthorKind.PERSONA, persona
         else:
-            kind = AuthorKind.BOT if message.author.bot else AuthorKind.HUMAN
+            # A webhook's message is never a person's, whatever its author says.
+            kind = AuthorKind.BOT if message.author.bot or message.webhook_id is not None else AuthorKind.HUMAN
             author_id = str(message.author.id)
-        spoken_to = [user.id for user in message.mentions]
+        spoken_to = [self.service.registry.persona_of_platform_user(str(user.id)) for user in message.mentions]
         replied = message.reference.resolved if message.reference is not None else None
         if isinstance(replied, discord.Message):
-            spoken_to.append(replied.author.id)  # a reply to a persona's message speaks to that persona
-        mentioned = (self.service.registry.persona_of_platform_user(str(user_id)) for user_id in spoken_to)
+            spoken_to.append(self._persona_of(replied))  # a reply to a persona's message speaks to that persona
         result = await self.service.record_message(
             channel_id,
             author_id=author_id,
@@ -185,11 +185,20 @@ class ArbiterBot(discord.AutoShardedClient):
             text=_text(message),
             author_kind=kind,
             platform_message_id=str(message.id),
-            mentions=[persona_id for persona_id in mentioned if persona_id is not None],
+            mentions=[persona_id for persona_id in spoken_to if persona_id is not None],
             at=at,
             images=_images(message),
         )
         return result.created
+
+    def _persona_of(self, message: discord.Message) -> str | None:
+        """The persona who posted ``message``: by its bot account; or, posted through a webhook our application owns
+        (one-application mode), by the name it was posted under. Another application's webhook posts no persona's."""
+        if message.webhook_id is None:
+            return self.service.registry.persona_of_platform_user(str(message.author.id))
+        if message.application_id is None or message.application_id != self.application_id:
+            return None
+        return self.service.registry.persona_named(message.author.name)
 
     # --- catching up after a restart or a reconnect ------------------------------------------------------
 

@@ -158,7 +158,8 @@ class ModeratorCommands(app_commands.Group):
         channel_id = self._channel(interaction)
         status = await self._service.status(channel_id)
         settings = await self._service.settings(channel_id)
-        await self._reply(interaction, status_text(status, settings, self._service.registry.views()))
+        usage = await self._service.usage_today(channel_id)
+        await self._reply(interaction, status_text(status, settings, self._service.registry.views(), usage))
 
     @app_commands.command(description="Turn the fleet on in this channel")
     async def enable(self, interaction: discord.Interaction) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from arbiter.contract import MemoryList, PersonaList, SettingsView, StatusView
+    from arbiter.contract import MemoryList, PersonaList, PersonaUsageView, SettingsView, StatusView, UsageList
 
-__all__ = ("MESSAGE_LIMIT", "gauge", "memory_text", "status_text")
+__all__ = ("MESSAGE_LIMIT", "gauge", "memory_text", "status_text", "usage_line")
 
 MESSAGE_LIMIT = 2000  # Discord's limit on a message's characters, answers to commands included
 
@@ -17,7 +17,19 @@ def gauge(level: int, capacity: int, width: int = 20) -> str:
     return "█" * filled + "░" * (width - filled)
 
 
-def status_text(status: StatusView, settings: SettingsView, personas: PersonaList) -> str:
+def usage_line(used: PersonaUsageView, name: str) -> str:
+    """One persona's tokens today: calls, input (with what the prompt cache read and wrote of it), output."""
+    cache = ""
+    if used.cache_read_tokens or used.cache_write_tokens:
+        cache = f" (cache: {used.cache_read_tokens:,} read, {used.cache_write_tokens:,} written)"
+    calls = "call" if used.requests == 1 else "calls"
+    return f"{name}: {used.requests:,} {calls}, {used.prompt_tokens:,} in{cache}, {used.completion_tokens:,} out"
+
+
+def status_text(
+    status: StatusView, settings: SettingsView, personas: PersonaList, usage: UsageList | None = None
+) -> str:
+    """``usage``: each persona's tokens today, shown under the day's total."""
     state = "paused" if status.paused else "running"
     if not status.enabled:
         state = "off in this channel (`/aizuchi enable` turns it on)"
@@ -33,8 +45,10 @@ def status_text(status: StatusView, settings: SettingsView, personas: PersonaLis
     lines.append(f"Tiers: {tiers}")
     lines.append(f"Idle cap: {status.bot_streak} of {status.idle_cap} bot turns since a human spoke")
     budget = "no budget" if status.daily_token_budget is None else f"{status.daily_token_budget:,}"
-    lines.append(f"Tokens today: {status.tokens_today:,} / {budget}")
+    lines.append(f"Tokens today: {status.tokens_today:,} / {budget} (cached input at its own price)")
     names = {info.id: info.display_name for info in personas.personas}
+    for used in usage.personas if usage is not None else []:
+        lines.append(f"- {usage_line(used, names.get(used.persona, used.persona))}")
     agents = {info.id for info in personas.personas if info.kind == "agent"}
     marks: dict[bool, list[str]] = {False: [], True: []}  # by whether the member is an external agent
     for member_id, policy in sorted(settings.personas.items()):

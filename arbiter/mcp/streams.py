@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from arbiter.events import EventHub
     from arbiter.mcp.kept import KeptSessions
 
-__all__ = ("PING_S", "RETRY_MS", "SYNC_S", "NotificationStreams", "TooManyStreams")
+__all__ = ("PING_S", "RESTART_RETRY_MS", "RETRY_MS", "SYNC_S", "NotificationStreams", "TooManyStreams")
 
 _log = logging.getLogger(__name__)
 
@@ -36,6 +36,10 @@ SYNC_S = 10.0  # how soon a subscription made through another process reaches a 
 # MAX_RECONNECTION_ATTEMPTS; the TypeScript SDK's maxRetries): 5 s apart gives a restarting arbiter 10 s to be back,
 # which a busy machine needed (at 3 s apart, an arbiter that took over 6 s to start left a client without its stream).
 RETRY_MS = 5_000
+# The delay a stream ended by a shutdown asks for, its last words: a restart on a loaded machine took over 10 s (load
+# 12 on two cores), after which a client told 5 s had given its stream up for good. 15 s apart gives it 30 s; what
+# was said meanwhile is only late, never lost (the stream resends what a subscription missed).
+RESTART_RETRY_MS = 15_000
 
 _WAKE = ""  # a queue item that only wakes the stream (to end it); channel ids are never empty
 
@@ -56,6 +60,7 @@ class _Stream:
         self.queue: asyncio.Queue[str] = asyncio.Queue()
         self.pending: set[str] = set()  # channels with a notification queued, so a burst of messages sends one
         self.ended = False
+        self.closing = False  # ended by the server's shutdown
 
     def put(self, item: str) -> None:
         if item not in self.pending:
@@ -98,6 +103,7 @@ class NotificationStreams:
 
     async def close(self) -> None:
         for stream in list(self._open.values()):
+            stream.closing = True
             stream.end()
         await self._watch.close()
 
@@ -122,6 +128,8 @@ class NotificationStreams:
             for channel in stream.channels:
                 stream.put(channel)  # subscribed already: a stream reconnecting (a restart, another process) missed
             await self._pump(stream, response)
+            if stream.closing:
+                await response.write(f"retry: {RESTART_RETRY_MS}\n\n".encode())
         except (ConnectionError, asyncio.CancelledError):
             pass  # the client went away (or the server is going): nothing to tell it
         finally:

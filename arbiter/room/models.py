@@ -12,6 +12,7 @@ from arbiter.contract import (
     MessageView,
     Name,
     PersonaInfoView,
+    PersonaUsageView,
     RefusalReason,
     SettingsView,
     StatusView,
@@ -74,6 +75,10 @@ class RoomState(BaseModel):
         default_factory=list, description="each persona's notes on this conversation (its dialogue state), if any"
     )
     notice: str | None = Field(None, description="what the page says about the room, if anything")
+    usage: list[PersonaUsageView] = Field(
+        default_factory=list,
+        description="each persona's LLM tokens here today, the prompt cache's reads and writes apart",
+    )
 
 
 class RoomSnapshot(RoomState):

@@ -10,7 +10,10 @@ Routes (``{channel_id}`` matches ``arbiter.core.limits.ID_PATTERN``):
 - ``GET /`` redirects to ``/room/lobby``; ``GET /room/{channel_id}`` is the page; ``/room/static/`` its files.
 - ``GET /room/api/{channel_id}/snapshot``: the room's state and its recent history (``RoomSnapshot``).
 - ``GET /room/api/{channel_id}/state``: settings, status, personas and why any are held back (``RoomState``).
-- ``POST /room/api/{channel_id}/say`` ``{"name", "text"}``: a human message (``ArbiterService.record_message``).
+- ``POST /room/api/{channel_id}/say`` ``{"name", "text"}``: a human message (``ArbiterService.record_message``);
+  as ``multipart/form-data`` (fields ``name``, ``text`` and one ``image`` file per picture) with images, which the
+  arbiter checks and holds (``arbiter.room.images``); text may then be empty.
+- ``GET /room/images/{name}``: an image the room holds (``name``: the SHA-256 of its bytes and an extension).
 - ``PATCH /room/api/{channel_id}/settings``: the body of /v1's ``SettingsPatch`` (pause: ``{"paused": true}``).
 - ``DELETE /room/api/{channel_id}/memory[/{persona_id}]``: forget every persona's notes here (or one's).
 - ``GET /room/api/{channel_id}/events?after=<seq>``: the WebSocket stream of /v1, from the same code.
@@ -39,8 +42,11 @@ from arbiter import contract as wire
 from arbiter.api.errors import validation_error
 from arbiter.api.routes import SERVICE
 from arbiter.api.stream import stream_events
-from arbiter.core.errors import InvalidRequest, PermissionDenied
+from arbiter.core.errors import InvalidRequest, NotFound, PermissionDenied
+from arbiter.core.images import ImageRef
 from arbiter.core.limits import ID_PATTERN, MAX_SEQ
+from arbiter.room.form import read_say_form
+from arbiter.room.images import NAME_PATTERN, RoomImages
 from arbiter.room.models import HELD_BACK, HeldBack, RoomSnapshot, RoomState, SayRequest
 
 if TYPE_CHECKING:
@@ -86,6 +92,7 @@ class _Rooms:
     page: str
     notice: str | None = None
     opened: set[str] = field(default_factory=set)
+    images: RoomImages = field(default_factory=RoomImages)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
 
     async def open(self, service: ArbiterService, channel_id: str) -> None:
@@ -210,6 +217,7 @@ async def _room_state(service: ArbiterService, channel_id: str, notice: str | No
         colors={info.id: info.color for info in service.registry.views(former=True).personas if info.color},
         memories=(await service.memories(channel_id)).memories,
         notice=notice,
+        usage=(await service.usage_today(channel_id)).personas,
     )
 
 
@@ -233,11 +241,58 @@ async def _snapshot(request: web.Request) -> web.Response:
 
 async def _say(request: web.Request) -> web.Response:
     service, channel_id = await _opened(request)
-    body = await _body(request, SayRequest)
-    result = await service.record_message(
-        channel_id, author_id=human_id(body.name), author_name=body.name, text=body.text
-    )
+    if request.content_type != "multipart/form-data":
+        body = await _body(request, SayRequest)
+        result = await service.record_message(
+            channel_id, author_id=human_id(body.name), author_name=body.name, text=body.text
+        )
+        return _json(result)
+    body, accepted = await read_say_form(request, service.image_bounds)
+    store = request.app[_ROOMS].images
+    origin = request.url.origin()
+    images = [
+        ImageRef(
+            url=str(origin.with_path(f"/room/images/{image.name}")),
+            content_type=image.image.media_type,
+            size=len(image.data),
+            width=image.image.width,
+            height=image.image.height,
+            local=True,
+        )
+        for _filename, image in accepted
+    ]
+    # Held before the message is recorded (a persona may ask for one as soon as it hears of it), and given back
+    # if it is not: nothing is kept of a message that was refused.
+    new = [image.name for _filename, image in accepted if store.put(image)]
+    try:
+        result = await service.record_message(
+            channel_id, author_id=human_id(body.name), author_name=body.name, text=body.text, images=images
+        )
+    except BaseException:
+        for name in new:
+            store.discard(name)
+        raise
     return _json(result)
+
+
+async def _image(request: web.Request) -> web.Response:
+    _check_local(request)
+    held = request.app[_ROOMS].images.get(request.match_info["name"])
+    if held is None:
+        raise NotFound(
+            "the room no longer holds this image (it keeps them in memory, until the arbiter restarts)",
+            code="image_gone",
+        )
+    media_type, data = held
+    # Named by the hash of its bytes: it never changes. Served as what its bytes are, and as nothing else.
+    return web.Response(
+        body=data,
+        content_type=media_type,
+        headers={
+            "Cache-Control": "private, max-age=31536000, immutable",
+            "Content-Security-Policy": "default-src 'none'; sandbox",
+        },
+    )
 
 
 async def _settings(request: web.Request) -> web.Response:
@@ -272,7 +327,9 @@ async def _no_cache(request: web.Request, response: web.StreamResponse) -> None:
         if response.content_type == "text/html":
             response.headers.setdefault(
                 "Content-Security-Policy",
-                "default-src 'self'; connect-src 'self' ws: wss:; frame-ancestors 'none'; base-uri 'none'",
+                # img-src blob: for the preview of a picture about to be sent (a blob: URL of the file).
+                "default-src 'self'; img-src 'self' blob:; connect-src 'self' ws: wss:; frame-ancestors 'none';"
+                " base-uri 'none'",
             )
 
 
@@ -294,6 +351,7 @@ def add_room(
     router.add_get("/room", _home)
     router.add_get("/room/", _home)
     router.add_static("/room/static/", STATIC)
+    router.add_get(f"/room/images/{{name:{NAME_PATTERN}}}", _image)
     router.add_get("/room/{channel_id}", _page)
     router.add_get(f"{_API}/snapshot", _snapshot)
     router.add_get(f"{_API}/state", _state)

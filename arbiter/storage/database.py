@@ -172,6 +172,11 @@ class HeldConnection:
             # plans a prepared statement anew for its first runs, and keeps doing so when that looks cheaper; for the
             # batch writer's commit it was a fifth more of the server's CPU).
             await driver.execute("SET plan_cache_mode = force_generic_plan")
+            # That one plan is made at the first run, often on near-empty tables, where scanning a table whole
+            # (and hashing it) looks cheapest; it then stays as the history grows: every commit scanned every
+            # spend and message (measured: most of the server's CPU per commit after a few thousand messages, and
+            # growing). The writer's statements touch a few rows by key, so they are made to use the keys.
+            await driver.execute("SET enable_seqscan = off; SET enable_hashjoin = off; SET enable_mergejoin = off")
             self._conn, self._driver = conn, driver
         return self._conn, self._driver
 

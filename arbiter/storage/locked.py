@@ -106,7 +106,7 @@ class LockedTx(BatchTx):
         self.journal.wrote_rows = True
         return repo.save_memory(self._conn, memory)
 
-    def add_usage(self, channel_id: str, persona_id: str, *, day: int, tokens: tuple[int, int]) -> None:
+    def add_usage(self, channel_id: str, persona_id: str, *, day: int, tokens: tuple[int, int, int, int]) -> None:
         self.journal.wrote_rows = True
         repo.add_usage(self._conn, channel_id, persona_id, day=day, tokens=tokens)
 

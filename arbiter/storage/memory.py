@@ -107,7 +107,7 @@ class MemoryTx:
     def save_persona(self, info: PersonaInfo) -> None:
         self.journal.put(self._tables.personas, info.id, info)
 
-    def add_usage(self, channel_id: str, persona_id: str, *, day: int, tokens: tuple[int, int]) -> None:
+    def add_usage(self, channel_id: str, persona_id: str, *, day: int, tokens: tuple[int, int, int, int]) -> None:
         self._tables.add_usage(self.journal, (channel_id, persona_id, day), tokens)
 
     def apply(self, transition: Transition) -> None:

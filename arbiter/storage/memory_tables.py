@@ -33,7 +33,8 @@ class MemoryTables:
         self.messages: dict[tuple[str, int], Message] = {}
         self.platform_ids: dict[tuple[str, str], int] = {}  # (channel id, platform id) -> seq
         self.memories: dict[tuple[str, str], Memory] = {}
-        self.usage: dict[tuple[str, str, int], tuple[int, int, int]] = {}  # prompt, completion, requests
+        # prompt, completion, requests, cache read, cache write
+        self.usage: dict[tuple[str, str, int], tuple[int, int, int, int, int]] = {}
         self.personas: dict[str, PersonaInfo] = {}
 
     # --- reads ----------------------------------------------------------------------------------------------
@@ -148,6 +149,7 @@ class MemoryTables:
             journal.remove(self.memories, (channel_id, pid))
         return doomed
 
-    def add_usage(self, journal: StepJournal, key: tuple[str, str, int], tokens: tuple[int, int]) -> None:
-        prompt, completion, requests = self.usage.get(key, (0, 0, 0))
-        journal.put(self.usage, key, (prompt + tokens[0], completion + tokens[1], requests + 1))
+    def add_usage(self, journal: StepJournal, key: tuple[str, str, int], tokens: tuple[int, int, int, int]) -> None:
+        prompt, completion, requests, read, written = self.usage.get(key, (0, 0, 0, 0, 0))
+        added = (prompt + tokens[0], completion + tokens[1], requests + 1, read + tokens[2], written + tokens[3])
+        journal.put(self.usage, key, added)

@@ -28,7 +28,7 @@ class OptimisticTx(BatchTx):
         super().__init__(conn, clock, memory)
         self._memories: dict[tuple[str, str], Memory] = {}  # notes to store, by (channel, persona)
         # Tokens to add, by (channel, persona, day): prompt, completion, requests.
-        self._usage: dict[tuple[str, str, int], tuple[int, int, int]] = {}
+        self._usage: dict[tuple[str, str, int], tuple[int, int, int, int, int]] = {}
         self.commit: tuple[str, tuple[Any, ...]] | None = None  # the statement that commits the batch, once finished
 
     def prefetch(self, channel_ids: Iterable[str]) -> None:
@@ -65,10 +65,10 @@ class OptimisticTx(BatchTx):
         self.journal.put(self._memories, key, memory)
         return True
 
-    def add_usage(self, channel_id: str, persona_id: str, *, day: int, tokens: tuple[int, int]) -> None:
-        prompt, completion = tokens
-        before = self._usage.get((channel_id, persona_id, day), (0, 0, 0))
-        added = (before[0] + prompt, before[1] + completion, before[2] + 1)
+    def add_usage(self, channel_id: str, persona_id: str, *, day: int, tokens: tuple[int, int, int, int]) -> None:
+        prompt, completion, read, written = tokens
+        before = self._usage.get((channel_id, persona_id, day), (0, 0, 0, 0, 0))
+        added = (before[0] + prompt, before[1] + completion, before[2] + 1, before[3] + read, before[4] + written)
         self.journal.put(self._usage, (channel_id, persona_id, day), added)
 
     def finish(self, notifications: list[str]) -> None:

@@ -40,8 +40,8 @@ class BatchWrites:
     new_messages: list[Message] = field(default_factory=list)
     changed_messages: list[Message] = field(default_factory=list)
     memories: list[Memory] = field(default_factory=list)  # at most one per channel and persona
-    usage: list[tuple[str, str, int, int, int, int]] = field(default_factory=list)  # (channel, persona, day, tokens
-    # in and out, requests), at most one per channel, persona and day
+    # (channel, persona, day, tokens in and out, requests, cache read and write), one per channel, persona and day
+    usage: list[tuple[str, str, int, int, int, int, int, int]] = field(default_factory=list)
 
 
 # Each table's rows come as one JSON array of objects (json_to_recordset): the driver sends a parameter as it is,
@@ -102,14 +102,19 @@ WITH saved AS (
         WHERE m.seq <= excluded.seq
     RETURNING 1
 ), used AS (
-    INSERT INTO token_usage AS t (channel_id, persona_id, day, prompt_tokens, completion_tokens, requests)
+    INSERT INTO token_usage AS t (
+        channel_id, persona_id, day, prompt_tokens, completion_tokens, requests, cache_read_tokens, cache_write_tokens
+    )
     SELECT * FROM json_to_recordset($7::json) AS u(
-        channel_id varchar, persona_id varchar, day int, prompt_tokens bigint, completion_tokens bigint, requests int
+        channel_id varchar, persona_id varchar, day int, prompt_tokens bigint, completion_tokens bigint, requests int,
+        cache_read_tokens bigint, cache_write_tokens bigint
     )
     ON CONFLICT (channel_id, persona_id, day) DO UPDATE SET
         prompt_tokens = t.prompt_tokens + excluded.prompt_tokens,
         completion_tokens = t.completion_tokens + excluded.completion_tokens,
-        requests = t.requests + excluded.requests
+        requests = t.requests + excluded.requests,
+        cache_read_tokens = t.cache_read_tokens + excluded.cache_read_tokens,
+        cache_write_tokens = t.cache_write_tokens + excluded.cache_write_tokens
 ), notified AS (
     SELECT pg_notify($8, payload) FROM json_array_elements_text($9::json) AS payload
 )
@@ -171,7 +176,16 @@ def commit_statement(
     return _COMMIT, params
 
 
-_USAGE_COLUMNS = ("channel_id", "persona_id", "day", "prompt_tokens", "completion_tokens", "requests")
+_USAGE_COLUMNS = (
+    "channel_id",
+    "persona_id",
+    "day",
+    "prompt_tokens",
+    "completion_tokens",
+    "requests",
+    "cache_read_tokens",
+    "cache_write_tokens",
+)
 
 
 def _json(rows: list[Any]) -> str:

@@ -27,7 +27,9 @@ __all__ = ("ChannelSummary", "SessionStore", "Step", "StepTx", "StorageReads", "
 R = TypeVar("R")
 
 ChannelSummary: TypeAlias = tuple[str, bool, int]  # id, enabled, last_seq
-Usage: TypeAlias = dict[str, tuple[int, int, int]]  # per persona: prompt tokens, completion tokens, requests
+# Per persona: prompt tokens (every input token), completion tokens, requests, and of the prompt tokens those read from
+# and written to the provider's prompt cache.
+Usage: TypeAlias = dict[str, tuple[int, int, int, int, int]]
 
 
 class StepTx(Protocol):
@@ -82,8 +84,8 @@ class StepTx(Protocol):
         """Store how a persona presents itself (replacing what was stored)."""
         ...
 
-    def add_usage(self, channel_id: str, persona_id: str, *, day: int, tokens: tuple[int, int]) -> None:
-        """Count a request's tokens (prompt, completion) to the persona's usage of the day."""
+    def add_usage(self, channel_id: str, persona_id: str, *, day: int, tokens: tuple[int, int, int, int]) -> None:
+        """Count a request's tokens (prompt, completion, cache read, cache write) to the persona's usage of the day."""
         ...
 
     def apply(self, transition: Transition) -> None:

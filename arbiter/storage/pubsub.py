@@ -5,7 +5,12 @@ Every process hears every other's events, a transaction's together in one notifi
 event names its channel, so a process parses only those of the channels someone watches there (``watching``), and
 persona events (channel ""), which its registry needs.
 An event of a channel no one watches here is one no one here would have been sent: a stream that subscribes
-later starts from the history, as it would in one process."""
+later starts from the history, as it would in one process.
+
+A notification comes a moment after its commit; a read that must see every commit acknowledged before it (a status
+read on one process right after a write on another) first waits for ``caught_up``: one round trip on the listening
+connection, shared by the reads waiting at the time, which PostgreSQL answers only after the notifications
+committed before it was sent."""
 
 from __future__ import annotations
 
@@ -15,6 +20,8 @@ import json
 import logging
 import uuid
 from typing import TYPE_CHECKING, Any
+
+import asyncpg
 
 from arbiter.events import parse_any_event
 from arbiter.storage.writer import NOTIFY_CHANNEL
@@ -35,6 +42,8 @@ _MAX_PAYLOAD = 7_900
 # Characters of a larger event's JSON per notification: even at 4 bytes each, or 2 for a JSON escape, a part
 # stays under the limit with its envelope.
 _PART = 1_500
+# How long a read waits for the round trip on the listening connection before it reads the channel's version.
+_ROUND_TRIP_S = 5.0
 # Channels' versions per notification: ids are at most 64 characters (ASCII), versions at most 19 digits, so these
 # take under half of one.
 _VERSIONS_PER_NOTIFICATION = 40
@@ -64,6 +73,11 @@ class PostgresRelay:
         self._connected = asyncio.Event()
         self._parts: dict[str, list[str]] = {}  # a large event's parts received so far, by its key
         self._skipped: set[str] = set()  # the keys of large events whose parts are being skipped
+        # Reads waiting for the next round trip on the listening connection (see ``caught_up``), and that round
+        # trip's wake-up; the connection while it listens.
+        self._waiting: list[asyncio.Future[bool]] = []
+        self._round_wanted = asyncio.Event()
+        self._listening: asyncpg.Connection | None = None
 
     def payloads(self, events: Sequence[Event], versions: Mapping[str, int]) -> list[str]:
         """A transaction's events, and the versions it saved its channels at, in as few notifications as fit: each
@@ -113,6 +127,48 @@ class PostgresRelay:
             )
             for index, part in enumerate(parts)
         ]
+
+    async def caught_up(self) -> bool:
+        """Once every notification committed before this call has been handled here: True. False at once when
+        not listening (or when the connection is lost meanwhile): then the caller must read what it needs.
+
+        Why one round trip is enough (PostgreSQL's ``commands/async.c``): a committing session signals every
+        listening one before its commit is acknowledged, and a listening session sends the notifications it was
+        signalled about before it answers the next command (at once if idle, else just before it next goes
+        idle). So the answer to a command sent after a commit was acknowledged comes after that commit's
+        notifications; asyncpg hands each to the listener (``call_soon``) before it wakes the command's caller.
+        The reads waiting when a round trip starts share it; those that come during it wait for the next."""
+        if self._listening is None:
+            return False
+        waiter: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
+        self._round_wanted.set()
+        return await waiter
+
+    async def _rounds(self, driver: asyncpg.Connection) -> None:
+        """The round trips ``caught_up`` waits for, one at a time, on the listening connection."""
+        while True:
+            await self._round_wanted.wait()
+            self._round_wanted.clear()
+            waiting, self._waiting = self._waiting, []
+            try:
+                # As cheap a command as the server answers (asyncpg fails on an empty query). A link to the database
+                # that stalls must not hold the reads up for long: they read what they need instead.
+                await driver.execute("SELECT 1", timeout=_ROUND_TRIP_S)
+            except BaseException as error:
+                # Whatever it was, the reads waiting must not wait forever: they read what they need instead.
+                self._answer(waiting, caught_up=False)
+                if not isinstance(error, (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)):
+                    raise  # (TimeoutError is an OSError)
+                _log.info("no round trip on the listening connection (%s): reads check versions", error)
+                continue  # the next reads try again; a lost connection ends this task
+            self._answer(waiting, caught_up=True)
+
+    @staticmethod
+    def _answer(waiting: list[asyncio.Future[bool]], *, caught_up: bool) -> None:
+        for waiter in waiting:
+            if not waiter.done():  # its reader may have gone (cancelled)
+                waiter.set_result(caught_up)
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._listen_forever(), name="aizuchi-pg-listen")
@@ -186,12 +242,20 @@ class PostgresRelay:
                     self._skipped.clear()
                     await driver.add_listener(NOTIFY_CHANNEL, self._on_notify)
                     self._hearing(True)
+                    self._listening = driver
+                    rounds = asyncio.create_task(self._rounds(driver), name="aizuchi-pg-rounds")
                     try:
                         self._connected.set()
                         delay = 0.5
                         _log.debug("listening for events from other arbiter processes")
                         await lost.wait()
                     finally:
+                        self._listening = None
+                        rounds.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await rounds
+                        self._answer(self._waiting, caught_up=False)
+                        self._waiting = []
                         self._hearing(False)  # what comes until it listens again goes unheard
                     _log.warning("lost the PostgreSQL listen connection; reconnecting")
             except asyncio.CancelledError:

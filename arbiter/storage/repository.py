@@ -646,9 +646,11 @@ def delete_history(conn: Connection, channel_id: str) -> int:
 # --- usage and personas ---------------------------------------------------------------------------------
 
 
-def add_usage(conn: Connection, channel_id: str, persona_id: str, *, day: int, tokens: tuple[int, int]) -> None:
-    """Count a request's tokens (prompt, completion) to the persona's usage of the day."""
-    prompt_tokens, completion_tokens = tokens
+def add_usage(
+    conn: Connection, channel_id: str, persona_id: str, *, day: int, tokens: tuple[int, int, int, int]
+) -> None:
+    """Count a request's tokens (prompt, completion, cache read, cache write) to the persona's usage of the day."""
+    prompt_tokens, completion_tokens, cache_read, cache_write = tokens
     key = (
         token_usage.c.channel_id == channel_id,
         token_usage.c.persona_id == persona_id,
@@ -661,6 +663,8 @@ def add_usage(conn: Connection, channel_id: str, persona_id: str, *, day: int, t
             prompt_tokens=token_usage.c.prompt_tokens + prompt_tokens,
             completion_tokens=token_usage.c.completion_tokens + completion_tokens,
             requests=token_usage.c.requests + 1,
+            cache_read_tokens=token_usage.c.cache_read_tokens + cache_read,
+            cache_write_tokens=token_usage.c.cache_write_tokens + cache_write,
         )
     )
     # The channel row is locked by the caller, so no one else can insert this key in between.
@@ -673,14 +677,25 @@ def add_usage(conn: Connection, channel_id: str, persona_id: str, *, day: int, t
                 prompt_tokens=prompt_tokens,
                 completion_tokens=completion_tokens,
                 requests=1,
+                cache_read_tokens=cache_read,
+                cache_write_tokens=cache_write,
             )
         )
 
 
-def usage(conn: Connection, channel_id: str, day: int) -> dict[str, tuple[int, int, int]]:
-    """Per persona: prompt tokens, completion tokens, requests, for one UTC day."""
+def usage(conn: Connection, channel_id: str, day: int) -> dict[str, tuple[int, int, int, int, int]]:
+    """Per persona: prompt tokens, completion tokens, requests, cache reads and writes, for one UTC day."""
     rows = conn.execute(select(token_usage).where(token_usage.c.channel_id == channel_id, token_usage.c.day == day))
-    return {row.persona_id: (row.prompt_tokens, row.completion_tokens, row.requests) for row in rows}
+    return {
+        row.persona_id: (
+            row.prompt_tokens,
+            row.completion_tokens,
+            row.requests,
+            row.cache_read_tokens,
+            row.cache_write_tokens,
+        )
+        for row in rows
+    }
 
 
 def upsert_persona(conn: Connection, info: PersonaInfo, now: float) -> None:

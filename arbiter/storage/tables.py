@@ -121,9 +121,12 @@ class UsageRow(Base):
     channel_id: Mapped[str] = mapped_column(ID, primary_key=True)
     persona_id: Mapped[str] = mapped_column(ID, primary_key=True)
     day: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)  # proleptic ordinal, UTC
-    prompt_tokens: Mapped[int] = mapped_column(BigInteger)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger)  # every input token, the cache's included
     completion_tokens: Mapped[int] = mapped_column(BigInteger)
     requests: Mapped[int]
+    # Of the prompt tokens, those the provider read from its prompt cache and those it wrote to it.
+    cache_read_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    cache_write_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
 
 class PersonaRow(Base):

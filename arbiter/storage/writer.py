@@ -42,7 +42,7 @@ from arbiter.storage.settle import Attempt, Committed, Op, drive, drive_async, r
 from arbiter.storage.transaction import NOTIFY_CHANNEL, pg_notify
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Awaitable, Mapping, Sequence
 
     from sqlalchemy import Connection
 
@@ -94,6 +94,9 @@ class BatchWriter:
         self._pending: list[Op[Any]] = []
         self._wake = asyncio.Event()
         self._held: HeldConnection | None = None  # PostgreSQL: the connection of the one-statement commits
+        # PostgreSQL: once every notification committed before the call is heard (the relay's), True; False when
+        # that cannot be known (not listening).
+        self.caught_up: Callable[[], Awaitable[bool]] | None = None
 
     def cached(self, channel_id: str) -> ChannelState | None:
         """The channel's last committed state, if this process owns the database and has it in memory."""
@@ -103,20 +106,23 @@ class BatchWriter:
         return None if state is None else without_expired(state, self._clock())
 
     async def remembered(self, channel_id: str) -> ChannelState | None:
-        """The channel's last committed state if this process has it and it is still current: at once when the
-        process owns the database, or when it hears of every other process's change (its relay listens: a
-        channel changed elsewhere is forgotten as soon as the notification comes, a moment after that commit);
-        else when the channel's version is still the one this process committed (one small query, instead of
-        the channel's row and every active spend)."""
+        """The channel's last committed state if this process has it and it is still current, counting every
+        commit acknowledged before the call, another process's too: at once when the process owns the database;
+        when it hears of every other process's change (its relay listens: a channel changed elsewhere is forgotten
+        when the notification comes), once it has heard every notification committed before the call
+        (``caught_up``: one round trip, shared by the reads waiting at the time); else when the channel's version
+        is still the one this process committed (one small query, instead of the channel's row and every active
+        spend)."""
         if self._memory.owned:
             return self.cached(channel_id)
-        state = self._memory.states.get(channel_id)
-        version = self._memory.versions.get(channel_id)
-        if state is None or version is None:
+        if channel_id not in self._memory.states:
             return None
-        if not self._memory.heard and await self._database.read(repo.channel_version, channel_id) != version:
-            return None
-        return without_expired(state, self._clock())
+        if not (self._memory.heard and self.caught_up is not None and await self.caught_up()):
+            version = self._memory.versions.get(channel_id)
+            if version is None or await self._database.read(repo.channel_version, channel_id) != version:
+                return None
+        state = self._memory.states.get(channel_id)  # what was heard meanwhile may have made it forget the channel
+        return None if state is None else without_expired(state, self._clock())
 
     def changed_elsewhere(self, versions: Mapping[str, int]) -> None:
         """Another process saved these channels at these versions (its notification said so)."""

@@ -20,6 +20,7 @@ the request's ``time_left_s`` (see there).
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,7 @@ from bots.llm.base import (
     CompletionRequest,
     DecisionRequest,
     DecisionResult,
+    ImageInput,
     LLMAuthError,
     LLMBadOutput,
     LLMError,
@@ -48,8 +50,12 @@ from bots.llm.base import (
     error_for_status,
     parse_decision_json,
 )
+from bots.llm.pricing import min_cacheable, model_price, prefix_tokens
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from bots.llm.pricing import ModelPrice
     from bots.llm.profiles import ProviderProfile
 
 __all__ = ("DEFAULT_ANTHROPIC_URL", "AnthropicChat")
@@ -95,8 +101,12 @@ class AnthropicChat(ChatProvider):
             error = _translate(err)
             raise (self.profile.refused(error) if isinstance(error, LLMAuthError) else error) from err
 
+    @property
+    def price(self) -> ModelPrice | None:
+        return model_price("anthropic", self.profile.model)
+
     async def complete(self, request: CompletionRequest) -> Completion:
-        params = self._params(request.system, request.turns, request.max_tokens)
+        params = self._params(request.system, request.turns, request.max_tokens, request.tools)
         if request.tools:
             params["tools"] = [self._tool(tool) for tool in request.tools]
             params["tool_choice"] = _tool_choice(request.tool_choice)
@@ -107,24 +117,35 @@ class AnthropicChat(ChatProvider):
         if self.profile.structured_output != "json_schema":
             return await super().decide(request)
         system = f"{request.system}\n\n{decision_instructions(request)}".strip()
-        params = self._params(system, request.turns, request.max_tokens)
+        params = self._params(system, request.turns, request.max_tokens, ())
         params["output_config"] = {"format": {"type": "json_schema", "schema": decision_schema(request)}}
         completion = _completion(await self._create(params, request.time_left_s))
         return DecisionResult(parse_decision_json(completion.text, request, completion.usage), completion.usage)
 
-    def _params(self, system: str, turns: tuple[Turn, ...], max_tokens: int | None) -> dict[str, Any]:
+    def _params(
+        self, system: str, turns: tuple[Turn, ...], max_tokens: int | None, tools: Sequence[ToolSpec]
+    ) -> dict[str, Any]:
         params: dict[str, Any] = {
             "model": self.profile.model,
             "max_tokens": max_tokens or self.profile.max_tokens,
             "messages": _messages(turns, images=self.profile.images),
         }
         if system:
-            params["system"] = system
+            params["system"] = self._system(system, tools)
         if self.profile.thinking == "off":
             params["thinking"] = {"type": "disabled"}
         if self.profile.extra_body:
             params["extra_body"] = dict(self.profile.extra_body)
         return params
+
+    def _system(self, system: str, tools: Sequence[ToolSpec]) -> str | list[dict[str, Any]]:
+        """The system prompt, marked as the end of the cacheable prefix (the tools, then the system prompt: what a
+        persona sends the same on every call) when that prefix is as long as the model caches. A breakpoint there
+        caches both, as the prompt caching guide orders a request: tools, system, messages."""
+        minimum = min_cacheable("anthropic", self.profile.model)
+        if minimum is None or prefix_tokens(system, tools) < minimum:
+            return system
+        return [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}]
 
     def _tool(self, tool: ToolSpec) -> dict[str, Any]:
         spec: dict[str, Any] = {
@@ -183,7 +204,7 @@ def _messages(turns: tuple[Turn, ...], *, images: bool) -> list[dict[str, Any]]:
             for result in turn.tool_results
         ]
         if images:  # before the text, as Anthropic's vision guide advises
-            blocks.extend({"type": "image", "source": {"type": "url", "url": image.url}} for image in turn.images)
+            blocks.extend({"type": "image", "source": _image_source(image)} for image in turn.images)
         if turn.text:
             blocks.append({"type": "text", "text": turn.text})
         blocks.extend(
@@ -196,6 +217,14 @@ def _messages(turns: tuple[Turn, ...], *, images: bool) -> list[dict[str, Any]]:
         only_text = len(blocks) == 1 and blocks[0]["type"] == "text"
         messages.append({"role": turn.role, "content": turn.text if only_text else blocks})
     return messages
+
+
+def _image_source(image: ImageInput) -> dict[str, str]:
+    """By address, which the API fetches; or inline (``base64``, with its media type) when the runtime holds its
+    bytes (Anthropic's vision guide: the two source kinds)."""
+    if image.data is None:
+        return {"type": "url", "url": image.url}
+    return {"type": "base64", "media_type": image.media_type, "data": base64.b64encode(image.data).decode("ascii")}
 
 
 def _completion(message: object) -> Completion:
@@ -226,12 +255,16 @@ def _completion(message: object) -> Completion:
 def _usage(usage: object) -> Usage:
     if usage is None:
         return Usage()
-    # Cached input is still input: the total is what the budget pays for.
-    prompt = sum(
-        int(getattr(usage, name, None) or 0)
-        for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    # input_tokens counts only what came after the last cache breakpoint: the cache's reads and writes are input too,
+    # each at its own price.
+    read = int(getattr(usage, "cache_read_input_tokens", None) or 0)
+    written = int(getattr(usage, "cache_creation_input_tokens", None) or 0)
+    return Usage(
+        prompt_tokens=int(getattr(usage, "input_tokens", None) or 0) + read + written,
+        completion_tokens=int(getattr(usage, "output_tokens", None) or 0),
+        cache_read_tokens=read,
+        cache_write_tokens=written,
     )
-    return Usage(prompt_tokens=prompt, completion_tokens=int(getattr(usage, "output_tokens", None) or 0))
 
 
 def _translate(err: anthropic.AnthropicError) -> LLMError:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from types import TracebackType
     from typing import Self
 
+    from bots.llm.pricing import ModelPrice
     from bots.llm.scene import Scene
 
 __all__ = (
@@ -63,6 +64,7 @@ __all__ = (
     "ToolSpec",
     "Turn",
     "Usage",
+    "allowed_action",
     "call_with_retries",
     "decision_instructions",
     "decision_schema",
@@ -101,8 +103,13 @@ _ACTION_MEANING: dict[str, str] = {
 
 @dataclass(frozen=True, slots=True)
 class Usage:
+    """What one call spent. ``prompt_tokens`` is every input token, those read from the provider's prompt cache
+    (``cache_read_tokens``) and written to it (``cache_write_tokens``) included: each is priced apart."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -145,13 +152,15 @@ class ToolResult:
 
 @dataclass(frozen=True, slots=True)
 class ImageInput:
-    """An image the model is shown, by address (the provider fetches it): a person's attachment, say. ``width``
-    and ``height`` (pixels, when known) are for estimating what it costs."""
+    """An image the model is shown: a person's attachment, say. By address (the provider fetches it), or inline when
+    ``data`` holds its bytes (an address no provider can reach: the local room's). ``width`` and ``height``
+    (pixels, when known) are for estimating what it costs."""
 
     url: str
     media_type: str
     width: int | None = None
     height: int | None = None
+    data: bytes | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +192,8 @@ class CompletionRequest:
     ``max_tokens`` of None means the profile's ``max_tokens``. ``time_left_s``: the seconds this call may take
     in all, retries included (None: no limit but the profile's timeout per attempt); the runtime gives what
     its claim has left. ``scene``: the facts the prompt tells, for a provider that cannot read it (never sent).
+    ``cache_key``: what the provider may group this prompt's cache entries by (a persona in a channel, whose prompts
+    share their stable beginning); never shown to the model.
     """
 
     system: str
@@ -192,6 +203,7 @@ class CompletionRequest:
     max_tokens: int | None = None
     time_left_s: float | None = None
     scene: Scene | None = None
+    cache_key: str | None = None
 
     def __post_init__(self) -> None:
         _check_time_left(self.time_left_s)
@@ -230,13 +242,15 @@ class Decision:
 class DecisionRequest:
     """Ask the model what to do now.
 
-    ``actions`` are what the persona may choose (what it can afford); "pass" is added if missing, unless
-    ``allow_pass`` is off (an addressed persona's second try: it must answer). ``max_lengths`` gives each
-    tier's maximum length in display columns (a wide character counts 2), for the instructions; the provider
+    ``actions`` are what the persona may choose this time (what its claim allows); "pass" is added if missing,
+    unless ``allow_pass`` is off (an addressed persona's second try: it must answer). The decide tool offers every
+    action whatever the claim, so that it is the same on every call of a persona and a provider can cache it: the
+    prompt says which are allowed now, and :func:`parse_decision` holds the answer to them. ``max_lengths`` gives
+    each tier's maximum length in display columns (a wide character counts 2), for the instructions; the provider
     does not trim, the runtime does. ``max_tokens`` and ``time_left_s`` as in :class:`CompletionRequest`.
     ``memory_schema``: the JSON schema of a state the model keeps along with its decision (a persona's notes on
-    the conversation); the decision then has a required ``memory`` property of that schema. ``scene`` as in
-    :class:`CompletionRequest`.
+    the conversation); the decision then has a required ``memory`` property of that schema. ``scene`` and
+    ``cache_key`` as in :class:`CompletionRequest`.
     """
 
     system: str
@@ -248,6 +262,7 @@ class DecisionRequest:
     allow_pass: bool = True
     memory_schema: Mapping[str, Any] | None = None
     scene: Scene | None = None
+    cache_key: str | None = None
 
     def __post_init__(self) -> None:
         _check_time_left(self.time_left_s)
@@ -462,9 +477,14 @@ def length_limit(columns: int) -> str:
 
 
 def decision_instructions(request: DecisionRequest) -> str:
-    """What the model is asked to choose, in words; used as the decide tool's description or in the prompt."""
-    lines = ["Decide your next move in the conversation. Choose one action:"]
-    for action in request.actions:
+    """What the model is asked to choose, in words; used as the decide tool's description or in the prompt. Every
+    action is described, whatever the claim allows this time (the conversation's end says which), so that these
+    words are the same on every call of a persona."""
+    lines = [
+        "Decide your next move in the conversation. Choose one action, among those the conversation says you may"
+        " make this time:"
+    ]
+    for action in ACTIONS:
         limit = request.max_lengths.get(action)
         bound = f" ({length_limit(limit)})" if limit is not None and action != "pass" else ""
         lines.append(f"- {action}: {_ACTION_MEANING[action]}{bound}")
@@ -482,7 +502,7 @@ def decision_instructions(request: DecisionRequest) -> str:
 def _text_description(request: DecisionRequest) -> str:
     limits = [
         f"{action} {length_limit(limit)}"
-        for action in request.actions
+        for action in ACTIONS
         if action != "pass" and (limit := request.max_lengths.get(action)) is not None
     ]
     within = f", within the action's length ({'; '.join(limits)})" if limits else ""
@@ -490,11 +510,13 @@ def _text_description(request: DecisionRequest) -> str:
 
 
 def decision_schema(request: DecisionRequest) -> dict[str, Any]:
-    """The JSON schema of a decision. Every property is required and no other is allowed, as strict modes want."""
+    """The JSON schema of a decision. Every property is required and no other is allowed, as strict modes want.
+    The action may be any of them: which the claim allows is checked in :func:`parse_decision`, not here, so that the
+    schema (a part of the prompt's cacheable beginning) is the same whatever the claim."""
     properties: dict[str, Any] = {
         "action": {
             "type": "string",
-            "enum": list(request.actions),
+            "enum": list(ACTIONS),
             "description": "what you do now; 'pass' stays silent",
         },
         "text": {"type": "string", "description": _text_description(request)},
@@ -517,10 +539,11 @@ def parse_decision(arguments: object, request: DecisionRequest, usage: Usage | N
     """Check a decision the model produced (already decoded from JSON); anything unusable is LLMBadOutput."""
     if not isinstance(arguments, Mapping):
         raise LLMBadOutput(f"the decision is not a JSON object: {_preview(arguments)}", usage=usage)
-    action = arguments.get("action")
-    if action not in request.actions:
+    action = allowed_action(arguments.get("action"), request)
+    if action is None:
         raise LLMBadOutput(
-            f"the decision's action {_preview(action)} is not one of {list(request.actions)}", usage=usage
+            f"the decision's action {_preview(arguments.get('action'))} is not one of {list(request.actions)}",
+            usage=usage,
         )
     # A state the model forgot or botched costs only the update (the previous state stays), never the turn.
     memory = arguments.get("memory") if request.memory_schema is not None else None
@@ -531,6 +554,22 @@ def parse_decision(arguments: object, request: DecisionRequest, usage: Usage | N
     if not isinstance(text, str) or not text.strip():
         raise LLMBadOutput(f"the decision {action!r} has no text", usage=usage)
     return Decision(action, text.strip(), memory=memory)
+
+
+def allowed_action(action: object, request: DecisionRequest) -> Action | None:
+    """The action the claim allows for ``action``: itself when allowed; the longest tier allowed when the model chose
+    a longer one (a remark for a long remark: the runtime trims the text to that tier's length, as it trims any
+    answer too long); None when nothing allowed stands for it (a pass when the persona must answer, a nod on a claim
+    to say something, a remark on a nod's claim), which is an unusable answer."""
+    if action in request.actions:
+        return action
+    if action not in ACTIONS or action in ("pass", "aizuchi"):
+        return None
+    tiers = [allowed for allowed in request.actions if allowed not in ("pass", "aizuchi")]
+    if not tiers:
+        return None
+    longest = max(tiers, key=ACTIONS.index)
+    return longest if ACTIONS.index(action) > ACTIONS.index(longest) else None
 
 
 def parse_decision_json(text: str, request: DecisionRequest, usage: Usage | None) -> Decision:
@@ -555,6 +594,12 @@ class ChatProvider(ABC):
 
     name: str
 
+    @property
+    def price(self) -> ModelPrice | None:
+        """The model's prices and prompt cache (:mod:`bots.llm.pricing`) when known: what its cached tokens weigh in
+        a channel's budget."""
+        return None
+
     @abstractmethod
     async def complete(self, request: CompletionRequest) -> Completion:
         """One model call: the primitive of a tool-dispatch loop."""
@@ -570,6 +615,7 @@ class ChatProvider(ABC):
                 max_tokens=request.max_tokens,
                 time_left_s=request.time_left_s,
                 scene=request.scene,
+                cache_key=request.cache_key,
             )
         )
         call = next((call for call in completion.tool_calls if call.name == DECIDE_TOOL), None)

@@ -22,6 +22,7 @@ the request's ``time_left_s`` (see there).
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ from bots.llm.base import (
     CompletionRequest,
     DecisionRequest,
     DecisionResult,
+    ImageInput,
     LLMAuthError,
     LLMBadOutput,
     LLMError,
@@ -50,8 +52,12 @@ from bots.llm.base import (
     error_for_status,
     parse_decision_json,
 )
+from bots.llm.pricing import model_price, prefix_tokens
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from bots.llm.pricing import ModelPrice
     from bots.llm.profiles import ProviderProfile
 
 __all__ = ("DEFAULT_OPENAI_URL", "OpenAIChat")
@@ -96,8 +102,13 @@ class OpenAIChat(ChatProvider):
             error = _translate(err)
             raise (self.profile.refused(error) if isinstance(error, LLMAuthError) else error) from err
 
+    @property
+    def price(self) -> ModelPrice | None:
+        # Only OpenAI's own models are in the table: a compatible server's (Ollama's gemma4, say) gets no cache fields.
+        return model_price("openai", self.profile.model)
+
     async def complete(self, request: CompletionRequest) -> Completion:
-        params = self._params(request.system, request.turns, request.max_tokens)
+        params = self._params(request.system, request.turns, request.max_tokens, request.tools, request.cache_key)
         if request.tools:
             params["tools"] = [self._tool(tool) for tool in request.tools]
             params["tool_choice"] = _tool_choice(request.tool_choice)
@@ -107,7 +118,7 @@ class OpenAIChat(ChatProvider):
         if self.profile.structured_output != "json_schema":
             return await super().decide(request)
         system = f"{request.system}\n\n{decision_instructions(request)}".strip()
-        params = self._params(system, request.turns, request.max_tokens)
+        params = self._params(system, request.turns, request.max_tokens, (), request.cache_key)
         params["response_format"] = {
             "type": "json_schema",
             "json_schema": {"name": "decision", "schema": decision_schema(request), "strict": True},
@@ -117,14 +128,39 @@ class OpenAIChat(ChatProvider):
             raise LLMBadOutput("the model refused to decide", usage=completion.usage)
         return DecisionResult(parse_decision_json(completion.text, request, completion.usage), completion.usage)
 
-    def _params(self, system: str, turns: tuple[Turn, ...], max_tokens: int | None) -> dict[str, Any]:
-        messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    def _params(
+        self,
+        system: str,
+        turns: tuple[Turn, ...],
+        max_tokens: int | None,
+        tools: Sequence[ToolSpec],
+        cache_key: str | None,
+    ) -> dict[str, Any]:
+        price = self.price
+        messages: list[dict[str, Any]] = []
+        if system:
+            marked = (
+                price is not None
+                and price.explicit_breakpoints
+                and (prefix_tokens(system, tools) >= price.min_cacheable)
+            )
+            # The end of what a persona sends the same on every call (the tools, then the system prompt) as an explicit
+            # breakpoint: below the model's minimum, nothing would be cached, so nothing is marked.
+            part = {"type": "text", "text": system, "prompt_cache_breakpoint": {"mode": "explicit"}}
+            messages.append({"role": "system", "content": [part] if marked else system})
         messages.extend(_messages(turns, images=self.profile.images))
         params: dict[str, Any] = {
             "model": self.profile.model,
             "messages": messages,
             self.profile.max_tokens_param: max_tokens or self.profile.max_tokens,
         }
+        if price is not None:
+            if cache_key is not None:
+                params["prompt_cache_key"] = cache_key  # routes a persona's calls to where its prefix is cached
+            if price.explicit_breakpoints:
+                # No implicit breakpoint: it would be written (at 1.25x) at the newest message, which changes on
+                # every call, and never read.
+                params["prompt_cache_options"] = {"mode": "explicit"}
         if self.profile.extra_body:
             params["extra_body"] = dict(self.profile.extra_body)
         return params
@@ -199,7 +235,7 @@ def _messages(turns: tuple[Turn, ...], *, images: bool) -> list[dict[str, Any]]:
         if shown:
             # Detail "auto" (the API's default); bots.images estimates its cost as "high", the most it may be.
             parts: list[dict[str, Any]] = [
-                {"type": "image_url", "image_url": {"url": image.url, "detail": "auto"}} for image in shown
+                {"type": "image_url", "image_url": {"url": _image_url(image), "detail": "auto"}} for image in shown
             ]
             if turn.text:
                 parts.append({"type": "text", "text": turn.text})
@@ -257,9 +293,13 @@ def _tool_call(call: object, usage: Usage) -> ToolCall:
 def _usage(usage: object) -> Usage:
     if usage is None:
         return Usage()
+    # prompt_tokens counts every input token; the details say how many were read from the cache and written to it.
+    details = getattr(usage, "prompt_tokens_details", None)
     return Usage(
         prompt_tokens=int(getattr(usage, "prompt_tokens", None) or 0),
         completion_tokens=int(getattr(usage, "completion_tokens", None) or 0),
+        cache_read_tokens=int(getattr(details, "cached_tokens", None) or 0),
+        cache_write_tokens=int(getattr(details, "cache_write_tokens", None) or 0),
     )
 
 
@@ -284,3 +324,11 @@ def _translate_status(err: openai.APIStatusError) -> LLMError:
     message = body.get("message") if isinstance(body.get("message"), str) else err.message
     detail = f"OpenAI-compatible API {status}: {message}"
     return error_for_status(status, detail, err.response.headers)
+
+
+def _image_url(image: ImageInput) -> str:
+    """Its address, which the API fetches; or, when the runtime holds its bytes, a base64 data URL of them (OpenAI's
+    images and vision guide: "data:image/jpeg;base64,...")."""
+    if image.data is None:
+        return image.url
+    return f"data:{image.media_type};base64,{base64.b64encode(image.data).decode('ascii')}"

@@ -43,7 +43,8 @@ class Scene:
     the persona was asked or told directly and has the floor to answer; None when it was not. ``earlier_own``: its
     own lines from before those shown, oldest first (not to be said again). ``notes``: its notes on the
     conversation as it kept them, None before it has any. ``emoji_nods``: its own emojis it may nod with here
-    (``:name:``; each becomes a reaction), none where it cannot react with them.
+    (``:name:``; each becomes a reaction), none where it cannot react with them. ``moves``: what it may do this time
+    (what its claim allows, as the prompt's last line says); empty: whatever the decide tool offers.
     """
 
     names: tuple[str, ...]
@@ -53,6 +54,7 @@ class Scene:
     topic: str = ""
     notes: Mapping[str, Any] | None = field(default=None)
     emoji_nods: tuple[str, ...] = ()
+    moves: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.asked is not None and not 0 <= self.asked < len(self.lines):

@@ -89,6 +89,7 @@ async def decide_with_tools(
             max_tokens=request.max_tokens,
             time_left_s=left,
             scene=request.scene,
+            cache_key=request.cache_key,
         )
         on_request()
         completion = await provider.complete(completion_request)

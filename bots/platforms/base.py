@@ -26,6 +26,8 @@ class Platform(abc.ABC):
 
     name: str = "platform"
     user_id: str | None = None  # the persona's own account here, once known (a Discord user id)
+    # Whether the model is told an emoji nod shows as a reaction here; a webhook cannot react: its nod is a message.
+    reacts: bool = True
 
     @abc.abstractmethod
     async def post(self, channel_id: str, text: str) -> Posted:

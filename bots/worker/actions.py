@@ -172,12 +172,14 @@ class Speak:
 @dataclass(frozen=True, slots=True)
 class Post:
     """Post the granted message ``seq`` (``Posted`` or ``PostFailed``); a nod in emoji may be a reaction to
-    ``react_to`` instead."""
+    ``react_to`` instead. ``seen``: the newest message a person said here, as the account saw it, that the check of
+    the message's place in the history covered (``SawBeforePosting`` when the account has seen a newer one since)."""
 
     tier: Tier
     text: str
     seq: int
     react_to: str | None = None
+    seen: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from arbiter import contract as wire
     from arbiter.contract import Tier
     from bots.llm.base import Decision
+    from bots.worker.actions import Post
 
 __all__ = (
     "Answer",
@@ -27,6 +28,7 @@ __all__ = (
     "PostFailed",
     "Posted",
     "Released",
+    "SawBeforePosting",
     "SpeakAnswered",
     "StatusRead",
     "Stood",
@@ -139,6 +141,15 @@ class Posted:
 
 
 @dataclass(frozen=True, slots=True)
+class SawBeforePosting:
+    """The account saw a person say ``seen`` after ``post`` was checked and before it was sent: checked again,
+    it is posted or retracted."""
+
+    post: Post
+    seen: int
+
+
+@dataclass(frozen=True, slots=True)
 class PostFailed:
     seq: int
     error: str
@@ -187,6 +198,7 @@ Event = (
     | Decided
     | SpeakAnswered
     | Posted
+    | SawBeforePosting
     | PostFailed
     | Released
     | TurnFailed

@@ -11,7 +11,7 @@ arbiter granted is posted or retracted.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, assert_never
 
 from arbiter import contract as wire
@@ -53,6 +53,7 @@ from bots.worker.events import (
     Posted,
     PostFailed,
     Released,
+    SawBeforePosting,
     SpeakAnswered,
     StatusRead,
     Stood,
@@ -139,6 +140,8 @@ def step(state: WorkerState, event: Event, now: float, seat: Seat) -> Stepped:
             return _decided(state._replace(writing=None), outcome, seat)
         case SpeakAnswered(result=result, said_before=said_before, seen=seen):
             return _spoken(state, result, said_before, seen, seat)
+        case SawBeforePosting(post=post, seen=seen):
+            return _post_in_order(state, replace(post, seen=seen), post.seen)
         case Posted(tier=tier, seq=seq, platform_message_id=posted):
             return state, [CountPost(tier), Link(seq, posted)]
         case PostFailed(seq=seq, error=error, cannot_post=cannot_post):
@@ -495,8 +498,14 @@ def _spoken(state: WorkerState, result: wire.SpeakResult, said_before: int, seen
     state = state._replace(held=None, turn=turn._replace(spoke=True))
     seq = result.message.seq
     tier, text = turn.speech
-    if not _in_order(state, seq, said_before, seen):
+    return _post_in_order(state, Post(tier, text, seq, _react_to(state, tier, text, seat), seen), said_before)
+
+
+def _post_in_order(state: WorkerState, post: Post, said_before: int) -> Stepped:
+    """``post``, if nothing the account saw said since ``said_before`` (up to ``post.seen``) would come after it in
+    the history; else the message is retracted unposted."""
+    if not _in_order(state, post.seq, said_before, post.seen):
         why = "someone spoke as message %d was granted; retracting it unposted"
         state, woken = wake(state)
-        return state, [Count("wasted"), Log(logging.INFO, why, (seq,)), Retract(seq), *woken]
-    return state, [Post(tier, text, seq, _react_to(state, tier, text, seat))]
+        return state, [Count("wasted"), Log(logging.INFO, why, (post.seq,)), Retract(post.seq), *woken]
+    return state, [post]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import logging
 from typing import TYPE_CHECKING
 
@@ -13,13 +14,22 @@ from arbiter import contract as wire
 from arbiter.contract import Tier
 from bots.errors import BotError, PostFailed
 from bots.images import prompt_images
-from bots.llm.base import DecisionRequest, LLMAuthError, LLMBadOutput, LLMError, LLMTimeout
+from bots.llm.base import DecisionRequest, ImageInput, LLMAuthError, LLMBadOutput, LLMError, LLMTimeout
 from bots.llm.tool_rounds import decide_with_tools
 from bots.memory import MEMORY_SCHEMA
 from bots.platforms.base import Posted as Shown
 from bots.prompt import persona_prompt, rules_prompt, transcript_turn
 from bots.scene import scene_of
-from bots.worker.events import Answer, Decided, Failed, Overtaken, Posted, SpeakAnswered, Unusable
+from bots.worker.events import (
+    Answer,
+    Decided,
+    Failed,
+    Overtaken,
+    Posted,
+    SawBeforePosting,
+    SpeakAnswered,
+    Unusable,
+)
 from bots.worker.events import PostFailed as PostLost
 from bots.worker.looking import hear_what_was_said
 
@@ -35,35 +45,73 @@ __all__ = ("decide", "link", "post", "provider_answered", "provider_failed", "re
 _log = logging.getLogger(__name__)
 
 
-def _request(runtime: PersonaRuntime, action: Decide) -> DecisionRequest:
+async def _images(runtime: PersonaRuntime, action: Decide) -> tuple[ImageInput, ...]:
+    """The images the model is shown: those chosen within the bounds that can be had (``bots.image_fetch``)."""
+    chosen = prompt_images(action.shown, action.status.now, runtime.config, persona=runtime.persona.id)
+    if runtime.images is None:  # nothing to check or fetch with: the addresses as they are, none the room's
+        return tuple(item.image for item in chosen if not item.local)
+    provider = runtime.provider.name.partition("/")[0]
+    return await runtime.images.shown(chosen, persona=runtime.persona.id, provider=provider, time_left=action.time_left)
+
+
+def _cache_key(persona_id: str, channel_id: str) -> str:
+    """What a provider may group a persona's cached prompts by: its prompts in one channel begin alike (the rules
+    hold the channel's topic and lengths). A digest, so that no channel or persona id leaves for the provider."""
+    return "aizuchi-" + hashlib.sha256(f"{persona_id}\0{channel_id}".encode()).hexdigest()[:32]
+
+
+def _request(
+    runtime: PersonaRuntime, channel_id: str, action: Decide, images: tuple[ImageInput, ...]
+) -> DecisionRequest:
     persona = runtime.persona
     status, shown, own_lines, memory = action.status, list(action.shown), list(action.own_lines), action.memory
     # Its own emojis, where it can react with them (Discord, once uploaded): a nod it may choose.
     emoji = runtime.platform.emoji_nods() if persona.react_with_emoji else ()
-    rules = rules_prompt(persona, action.actions, action.lengths, status.topic, keeps_notes=True, emoji_nods=emoji)
-    transcript = transcript_turn(persona, shown, status, own_lines, memory=memory, keeps_notes=True)
-    images = prompt_images(shown, status.now, runtime.config, persona=persona.id)
+    # Every tier's length, whatever the claim allows: the rules and the decide tool stay the same on each call of the
+    # persona here (a provider caches them); what this claim allows is said at the end of the conversation.
+    lengths = {str(tier): view.max_length for tier, view in status.tiers.items()}
+    rules = rules_prompt(
+        persona, lengths, status.topic, keeps_notes=True, emoji_nods=emoji, reactions=runtime.platform.reacts
+    )
+    transcript = transcript_turn(
+        persona,
+        shown,
+        status,
+        own_lines,
+        memory=memory,
+        keeps_notes=True,
+        moves=action.actions,
+        max_lengths=lengths,
+    )
     return DecisionRequest(
         system=persona_prompt(persona) + "\n\n" + rules,
         turns=(dataclasses.replace(transcript, images=images),),
         actions=action.actions,  # type: ignore[arg-type]
-        max_lengths=action.lengths,
+        max_lengths=lengths,
         time_left_s=action.time_left,
         allow_pass=action.allow_pass,
         memory_schema=MEMORY_SCHEMA,
         scene=scene_of(
-            persona, shown, status, own_lines, memory, emoji_nods=emoji, images=[image.url for image in images]
+            persona,
+            shown,
+            status,
+            own_lines,
+            memory,
+            emoji_nods=emoji,
+            images=[image.url for image in images],
+            moves=action.actions,
         ),
+        cache_key=_cache_key(persona.id, channel_id),
     )
 
 
 async def decide(runtime: PersonaRuntime, channel_id: str, action: Decide, overtaken: asyncio.Event) -> Decided:
     """One model call on the claim, showing it was typing meanwhile; stopped when ``overtaken`` is set (the arbiter
     would refuse the answer, so generating the rest of it would be spent for nothing)."""
-    request = _request(runtime, action)
     # Tools to look things up are for saying something: a nod needs none, and its claim is short.
     tools = runtime.tools.specs if runtime.tools is not None and action.claim.tier is not Tier.AIZUCHI else ()
     async with runtime.platform.typing(channel_id):
+        request = _request(runtime, channel_id, action, await _images(runtime, action))
         try:
             # The provider keeps to time_left_s itself; this only makes sure of it, whatever the provider (and
             # whatever the tools do).
@@ -144,8 +192,12 @@ async def speak(runtime: PersonaRuntime, channel_id: str, action: Speak, heard: 
     return SpeakAnswered(result, said_before, runtime.platform.latest_said(channel_id))
 
 
-async def post(runtime: PersonaRuntime, channel_id: str, action: Post) -> Posted | PostLost:
-    """Post the message; or, for a persona that nods with emoji, react to the message it answers."""
+async def post(runtime: PersonaRuntime, channel_id: str, action: Post) -> Posted | PostLost | SawBeforePosting:
+    """Post the message; or, for a persona that nods with emoji, react to the message it answers. Not if the account
+    has seen a person speak since the message's place was checked: the speak's answer and the post are apart by a
+    turn of a busy event loop, long enough for a question to someone else to arrive."""
+    if (seen := runtime.platform.latest_said(channel_id)) > action.seen:
+        return SawBeforePosting(action, seen)
     try:
         shown = await _deliver(runtime, channel_id, action)
     except PostFailed as error:
@@ -191,7 +243,17 @@ async def provider_answered(runtime: PersonaRuntime, channel_id: str, usage: Usa
 async def _report_usage(runtime: PersonaRuntime, channel_id: str, usage: Usage | None) -> None:
     if usage is None or (usage.prompt_tokens == 0 and usage.completion_tokens == 0):
         return
-    report = wire.UsageReport(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
+    # The cache's reads and writes at the model's own prices; a model the price table does not know, at the rates
+    # the arbiter assumes (those of the built-in models).
+    price = runtime.provider.price
+    rates = {} if price is None else {"cache_read_rate": price.read_rate, "cache_write_rate": price.write_rate}
+    report = wire.UsageReport(
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        **rates,
+    )
     try:
         await runtime.arbiter.report_usage(channel_id, report)
     except BotError as error:

@@ -396,10 +396,14 @@ async def test_it_gives_up_when_the_time_is_up(fake: FakeDiscord) -> None:
     with pytest.raises(FleetStopped) as stopped:
         await asyncio.wait_for(stay_connected(bot, account.token, ACCOUNT, reconnects=slow, rng=random.Random(1)), 10)
 
-    # Tries at about 0, 0.5 and 1.9 s (the back-offs of this seed): the third fails past 1 s.
-    assert re.match(
-        r"the test bot could not get a working session from .* after 3 tries in 1\.\d s", stopped.value.message
-    ), stopped.value.message
+    # Tries at about 0, 0.5 and 1.9 s (the back-offs of this seed): the third fails past 1 s, long before 100 tries.
+    # On a loaded machine the second may already end past 1 s, so two tries are as right as three.
+    given_up = re.match(
+        r"the test bot could not get a working session from .* after (\d+) tries in (\d+\.\d) s", stopped.value.message
+    )
+    assert given_up, stopped.value.message
+    assert int(given_up[1]) in (2, 3)
+    assert float(given_up[2]) >= 1.0
 
 
 async def test_one_event_it_cannot_read_after_it_was_ready_only_costs_a_new_session(fake: FakeDiscord) -> None:

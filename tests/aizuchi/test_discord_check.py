@@ -269,3 +269,29 @@ async def test_an_enabled_thread_takes_send_messages_in_threads_and_a_persona_ke
     )
     assert f"note: enabled channel {gone.id} is not on Discord (404 Unknown Channel): deleted?" in out
     assert out[-1] == "1 problem(s) with the Discord setup (4 bots in 1 server, 2 enabled channels checked)"
+
+
+async def test_one_application_mode_asks_manage_webhooks_of_the_arbiter_and_no_persona_bot(
+    tmp_path: Path, fake: FakeDiscord, world: World
+) -> None:
+    await enable(tmp_path, world.lounge)
+    # Only the arbiter's bot: no persona token, and its roles lack Manage Webhooks (the fake's default bot role).
+    write_dotenv(
+        tmp_path,
+        fake,
+        world,
+        AIZUCHI_WEBHOOKS="true",
+        **{f"{pid.upper()}_DISCORD_TOKEN": None for pid in world.personas},
+    )
+
+    status, out, err = await check(tmp_path)
+
+    assert status == 1
+    assert err == [
+        f"problem: the arbiter's bot lacks Manage Webhooks in #lounge ({world.lounge.id}) of server 'tea house' "
+        f"({world.guild.id}): allow it for its role in #lounge (Edit Channel > Permissions)"
+    ]
+    assert [line for line in out if "webhooks" in line] == [
+        f"{pid} posts through the channels' webhooks of the arbiter's bot (one-application mode)"
+        for pid in ROOM_PERSONAS
+    ]

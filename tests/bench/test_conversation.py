@@ -4,10 +4,13 @@ metrics in it, and writes the transcripts as before."""
 from __future__ import annotations
 
 import re
+import sqlite3
+from contextlib import closing
 from typing import TYPE_CHECKING
 
 from bench.conversation import faster
 from bots.runtime import RuntimeConfig
+from tests.support.arbiters import free_port
 from tests.support.process import run_to_end
 
 if TYPE_CHECKING:
@@ -36,9 +39,18 @@ def test_a_short_run_reports_distinctness_and_persona_accuracy(tmp_path: Path) -
         "40",
         "--transcript",
         str(transcript),
+        "--port",
+        str(port := free_port()),
+        "--database-url",
+        f"sqlite:///{tmp_path / 'given.db'}",
     ]
     status, out, err = run_to_end(tmp_path, *command, timeout=120)
     assert status == 0, err
+    # Kept to the port and the database given: each mode in turn, the second's conversation left in it.
+    for mode in ("decide", "tool-loop"):
+        assert f"{mode}: the arbiter's API at http://127.0.0.1:{port}\n" in out
+    with closing(sqlite3.connect(tmp_path / "given.db")) as conn:
+        assert conn.execute("SELECT count(*) FROM messages WHERE channel_id = 'bench'").fetchone()[0] >= 8
 
     assert row(out, "messages posted")  # the rows that were there are still there
     for mode, distinctness, accuracy in zip(

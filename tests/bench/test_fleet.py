@@ -4,12 +4,15 @@ and every person's message decided on; and the latency it reports, which leaves 
 from __future__ import annotations
 
 import re
+import sqlite3
+from contextlib import closing
 from typing import TYPE_CHECKING
 
 import pytest
 
 from bench.fleet import FirstDecisions
 from bots.runtime import LookPlanned
+from tests.support.arbiters import free_port
 from tests.support.process import run_to_end
 
 if TYPE_CHECKING:
@@ -23,10 +26,15 @@ def cell(output: str, label: str) -> str:
 
 
 def test_a_short_run_prints_what_the_fleet_costs(tmp_path: Path) -> None:
+    port, database = free_port(), tmp_path / "given.db"
     command = ["bench", "fleet", "--personas", "3", "--channels", "6", "--rate", "5", "--seconds", "3"]
     command += ["--warmup", "1", "--delay", "0.1", "--latency", "0.05"]
+    command += ["--port", str(port), "--database-url", f"sqlite:///{database}"]  # kept to them
     status, out, err = run_to_end(tmp_path, *command, timeout=120)
     assert status == 0, err
+    assert f"the arbiter at http://127.0.0.1:{port}\n" in out
+    with closing(sqlite3.connect(database)) as conn:
+        assert {row[0] for row in conn.execute("SELECT id FROM channels")} == {f"fleet-{i}" for i in range(6)}
     assert cell(out, "personas x channels") == "3 x 6"
     measured = int(re.match(r"(\d+) in", cell(out, "human messages measured"))[1])  # type: ignore[index]
     assert measured >= 5

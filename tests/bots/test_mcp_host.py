@@ -21,12 +21,12 @@ from bots.persona import McpServer, Persona
 from tests.bots.conftest import CHANNEL
 from tests.bots.test_runtime_providers import (
     APIS,
-    TOKENS_PER_ANSWER,
     ask,
     check_nothing_held,
     decision,
     persona_texts,
     provider_for,
+    spent,
     tokens_today,
     tool_results,
 )
@@ -253,7 +253,7 @@ async def test_the_sdks_round_trip_tool_calls_and_then_the_forced_decision(
     assert tool_results(api, bodies[0]) == []
     assert [r.startswith(EVENT_ANSWER) for r in tool_results(api, bodies[2])] == [True, True]
     # Every round's tokens count, not only the decision's.
-    assert await tokens_today(live) == 3 * TOKENS_PER_ANSWER
+    assert len(fake_llm.usages) == 3 and await tokens_today(live) == spent(fake_llm)  # all three answers
     await check_nothing_held(live)
 
 
@@ -275,5 +275,5 @@ async def test_a_model_that_answers_in_words_is_made_to_decide_in_the_next_round
         else {"type": "function", "function": {"name": "decide"}}
     )
     assert [body["tool_choice"] == forced for body in bodies] == [False, True]
-    assert runtime.stats.llm_requests == 2 and await tokens_today(live) == 2 * TOKENS_PER_ANSWER
+    assert runtime.stats.llm_requests == 2 and await tokens_today(live) == spent(fake_llm)
     await check_nothing_held(live)

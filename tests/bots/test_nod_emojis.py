@@ -123,10 +123,10 @@ def test_the_shipped_emoji_images_are_small_pngs_discord_takes() -> None:
 
 def test_the_rules_offer_its_own_emojis_only_where_it_can_react_with_them() -> None:
     persona = make_persona("aoi").model_copy(update={"react_with_emoji": True})
-    actions, lengths = ("pass", "aizuchi", "remark"), {"aizuchi": 24, "remark": 120}
+    lengths = {"aizuchi": 24, "remark": 120}
 
-    offered = rules_prompt(persona, actions, lengths, "", emoji_nods=(":aoi_nod:",))
-    plain = rules_prompt(persona, actions, lengths, "")
+    offered = rules_prompt(persona, lengths, "", emoji_nods=(":aoi_nod:",))
+    plain = rules_prompt(persona, lengths, "")
 
     assert "your own emojis, written just so: :aoi_nod:" in offered
     assert ":aoi_nod:" not in plain and "a single emoji works too" in plain

@@ -8,7 +8,7 @@ import pytest
 
 from arbiter.contract import AuthorKind, MessageView, StatusView, Tier
 from bots.llm.base import COLUMNS_NOTE, DecisionRequest, decision_instructions, decision_schema, decision_tool
-from bots.prompt import OWN_LINES, length_limit, persona_prompt, rules_prompt, transcript_turn
+from bots.prompt import OWN_LINES, length_limit, moves_now, persona_prompt, rules_prompt, transcript_turn
 from tests.support.fleet import make_persona
 from tests.support.status import status_for
 
@@ -81,23 +81,24 @@ def test_the_persona_prompt_names_the_aliases_and_the_language() -> None:
 # --- the rules and the lengths -----------------------------------------------------------------------------
 
 
-def test_the_rules_list_only_the_moves_offered_with_their_lengths() -> None:
-    rules = rules_prompt(make_persona("aoi"), ("pass", "aizuchi", "remark"), {"aizuchi": 24, "remark": 120}, "")
+def test_the_rules_list_every_move_with_its_length() -> None:
+    rules = rules_prompt(make_persona("aoi"), {"aizuchi": 24, "remark": 120, "long": 300}, "")
 
     lines = rules.splitlines()
     moves = [line.split(":")[0] for line in lines if line.startswith("- ")]
-    assert moves == ["- pass", "- aizuchi", "- remark"]  # no long remark: it was not claimed
+    # Every move, whatever the claim: the system prompt is the same on each call (a provider caches it).
+    assert moves == ["- pass", "- aizuchi", "- remark", "- long"]
     assert next(line for line in lines if line.startswith("- aizuchi")).endswith("(at most 24 columns)")
     assert next(line for line in lines if line.startswith("- remark")).endswith("(at most 120 columns)")
     assert "at most" not in next(line for line in lines if line.startswith("- pass"))
     assert COLUMNS_NOTE in lines
     assert "never @-mention anyone" in rules
     assert "never repeat" in rules
-    assert "topic" not in rules
+    assert "moderators set the topic" not in rules
 
 
 def test_a_japanese_persona_gets_the_same_columns_and_the_topic() -> None:
-    rules = rules_prompt(japanese(), ("pass", "aizuchi"), {"aizuchi": 20}, "summer holidays")
+    rules = rules_prompt(japanese(), {"aizuchi": 20}, "summer holidays")
 
     assert "(at most 20 columns)" in rules  # one unit for every language: the arbiter's
     assert "Japanese characters" not in rules
@@ -107,7 +108,7 @@ def test_a_japanese_persona_gets_the_same_columns_and_the_topic() -> None:
 
 def test_the_length_is_said_in_the_same_words_in_the_prompt_the_tool_and_the_schema() -> None:
     lengths = {"aizuchi": 24, "remark": 120}
-    rules = rules_prompt(japanese(), ("pass", "aizuchi", "remark"), lengths, "")
+    rules = rules_prompt(japanese(), lengths, "")
     request = DecisionRequest(system=rules, turns=(), actions=("aizuchi", "remark"), max_lengths=lengths)
     text_description = decision_schema(request)["properties"]["text"]["description"]
 
@@ -121,6 +122,20 @@ def test_the_length_is_said_in_the_same_words_in_the_prompt_the_tool_and_the_sch
     assert COLUMNS_NOTE in decision_tool(request).description
     for other_unit in ("characters)", "Japanese characters", "letters"):
         assert other_unit not in rules + decision_instructions(request) + text_description
+
+
+def test_the_moves_this_claim_allows_are_said_last_with_their_lengths() -> None:
+    window = [message(1, "yui", "How was the trip?")]
+    lengths = {"aizuchi": 24, "remark": 120, "long": 300}
+
+    remark = transcript_turn(make_persona("aoi"), window, status(), moves=("pass", "remark"), max_lengths=lengths)
+    nod = transcript_turn(make_persona("aoi"), window, status(), moves=("aizuchi",), max_lengths=lengths)
+
+    assert remark.text.endswith("\nThis time you may: pass or remark (at most 120 columns).")
+    assert nod.text.endswith("\nThis time you may: aizuchi (at most 24 columns).")
+    assert moves_now(("pass", "remark", "long"), lengths) == (
+        "This time you may: pass, remark (at most 120 columns) or long (at most 300 columns)."
+    )
 
 
 # --- the transcript ----------------------------------------------------------------------------------------
@@ -254,7 +269,7 @@ def test_prompts_stay_compact(priority: tuple[str, ...]) -> None:
     persona = make_persona("aoi")
     window = [message(seq, "yui", "Short line.", addressed=("aoi",)) for seq in range(1, 13)]
 
-    system = persona_prompt(persona) + rules_prompt(persona, ("pass", "aizuchi", "remark", "long"), {}, "")
+    system = persona_prompt(persona) + rules_prompt(persona, {}, "")
     turn = transcript_turn(persona, window, status(priority))
 
     assert len(system) < 1600

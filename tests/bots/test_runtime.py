@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from arbiter.contract import AuthorKind, Tier, display_length
+from arbiter.core.usage import budget_tokens
 from bots.llm import LLMUnavailable, ScriptedProvider, create_provider
 from tests.bots.conftest import CHANNEL
 from tests.support.eventually import eventually
@@ -116,11 +117,17 @@ async def test_token_usage_of_each_call_is_reported_to_the_arbiter(fake_llm: Fak
     await eventually(lambda: live.room.posts, what="a post")
     stats = runtime.stats
 
-    async def reported() -> bool:
-        return (await live.status(CHANNEL)).tokens_today == 21 + 7  # what the API said the call used
+    [(prompt, completion, read, written)] = fake_llm.usages  # what the API said the call used
+    weighed = budget_tokens(prompt, completion, cache_read=read, cache_write=written)
 
-    assert (stats.prompt_tokens, stats.completion_tokens) == (21, 7)
-    await eventually(reported, what="tokens_today matches what the API counted")
+    async def reported() -> bool:
+        return (await live.status(CHANNEL)).tokens_today == weighed
+
+    assert written > 0  # the persona's stable prompt, the first time: written to the provider's cache
+    assert (stats.prompt_tokens, stats.completion_tokens, stats.cache_write_tokens) == (prompt, completion, written)
+    await eventually(reported, what="tokens_today matches what the API counted, the cache's writes at their price")
+    [used] = (await live.service.usage_today(CHANNEL)).personas
+    assert (used.persona, used.requests, used.cache_write_tokens) == ("aoi", 1, written)
 
 
 async def test_the_offline_stand_in_costs_nothing_so_it_never_spends_the_budget(live: Live) -> None:
@@ -166,8 +173,10 @@ async def test_the_model_is_offered_what_the_claim_covers_with_the_channels_leng
     [request] = provider.decisions
     # Addressed, it claimed a remark: it may answer or pass (a mere nod would not answer the question).
     assert request.actions == ("pass", "remark")
-    assert dict(request.max_lengths) == {"remark": 90}  # the channel's length, from the arbiter
+    # Every tier's length, the channel's, from the arbiter: the prompt begins the same whatever the claim.
+    assert dict(request.max_lengths) == {"aizuchi": 24, "remark": 90, "long": 240}
     assert "at most 90 columns" in request.system
+    assert request.turns[-1].text.endswith("This time you may: pass or remark (at most 90 columns).")
     reply = persona_lines(await live.history(CHANNEL))[-1]
     assert (reply.tier, reply.cost, reply.text) == (Tier.REMARK, 60, "Mm, ramen it is.")
 
@@ -940,9 +949,12 @@ async def test_a_message_that_arrives_while_a_persona_generates_is_answered(live
 
 
 def offered(body: dict[str, Any]) -> list[str]:
-    """The actions a request to the OpenAI wire format offered in its decide tool."""
-    [tool] = body["tools"]
-    return list(tool["function"]["parameters"]["properties"]["action"]["enum"])
+    """The moves a request to the OpenAI wire format offered this time: its last line says them (the decide tool
+    offers every action, whatever the claim)."""
+    last = body["messages"][-1]["content"].splitlines()[-1]
+    assert last.startswith("This time you may: ")
+    said = last.removeprefix("This time you may: ").rstrip(".").replace(" or ", ", ")
+    return [move.split(" (")[0] for move in said.split(", ")]
 
 
 async def test_an_addressed_persona_that_passes_looks_once_more_without_a_pass_and_answers(

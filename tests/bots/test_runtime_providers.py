@@ -17,9 +17,13 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import pytest
 
+from arbiter import contract as wire
 from arbiter.contract import AuthorKind, Tier
+from arbiter.core.usage import budget_tokens
 from bots.llm import ScriptedProvider, create_provider
 from bots.tool_loop import ToolLoopRuntime
+from bots.worker.actions import Decide
+from bots.worker.turn import decide
 from tests.bots.conftest import CHANNEL
 from tests.support.eventually import eventually
 from tests.support.fleet import FAST, RecordingProvider, make_persona
@@ -43,7 +47,6 @@ if TYPE_CHECKING:
 
 Api = Literal["anthropic", "openai"]
 APIS = ["anthropic", "openai"]
-TOKENS_PER_ANSWER = 21 + 7  # the fake server's default usage: 21 prompt, 7 completion tokens
 QUESTION = "Aoi, ramen or udon tonight?"
 
 
@@ -88,6 +91,12 @@ async def tokens_today(live: Live) -> int:
     return int((await live.status(CHANNEL)).tokens_today)
 
 
+def spent(server: FakeLLMServer) -> int:
+    """What the server's answers count against the budget: their tokens, the prompt cache's reads and writes (a
+    persona's stable prompt is long enough to cache) at their prices."""
+    return sum(budget_tokens(p, c, cache_read=read, cache_write=written) for p, c, read, written in server.usages)
+
+
 async def test_a_decision_is_spoken_posted_and_its_usage_reported(
     fake_llm: FakeLLMServer, live: Live, api: str
 ) -> None:
@@ -103,7 +112,8 @@ async def test_a_decision_is_spoken_posted_and_its_usage_reported(
         Tier.REMARK,
         "Ramen, obviously. The place by the station.",
     )
-    assert await tokens_today(live) == TOKENS_PER_ANSWER
+    assert fake_llm.usages[0][3] > 0  # the persona's stable prompt, written to the provider's cache
+    assert await tokens_today(live) == spent(fake_llm)
     await check_nothing_held(live)
 
 
@@ -116,7 +126,7 @@ async def test_a_pass_releases_the_claim_and_still_reports_usage(fake_llm: FakeL
     assert live.room.posts == []
     assert await persona_texts(live) == []
     assert runtime.stats.passes == 1
-    assert await tokens_today(live) == TOKENS_PER_ANSWER
+    assert await tokens_today(live) == spent(fake_llm)
     await check_nothing_held(live)
 
 
@@ -129,7 +139,7 @@ async def test_a_429_retried_by_the_sdk_then_success_is_posted(fake_llm: FakeLLM
     assert len(fake_llm.requests) == 2  # the SDK retried on its own: one runtime call, two HTTP requests
     assert runtime.stats.llm_requests == 1
     assert [post.text for post in live.room.posts] == ["Udon, for once."]
-    assert await tokens_today(live) == TOKENS_PER_ANSWER
+    assert await tokens_today(live) == spent(fake_llm)
     await check_nothing_held(live)
 
 
@@ -152,7 +162,7 @@ async def test_a_429_that_outlasts_the_sdk_skips_the_turn_and_backs_off_as_told(
     await eventually(lambda: live.room.posts, what="the next message answered after the back-off")
     # The server's retry-after (0.5 s) outweighs the runtime's own first back-off (0.2 s).
     assert loop.time() - asked_at >= 0.5
-    assert await tokens_today(live) == TOKENS_PER_ANSWER
+    assert await tokens_today(live) == spent(fake_llm)
 
 
 async def test_a_server_error_skips_the_turn_without_posting(fake_llm: FakeLLMServer, live: Live, api: str) -> None:
@@ -200,7 +210,7 @@ async def test_a_timeout_skips_the_turn_without_posting(fake_llm: FakeLLMServer,
     ("reply", "answered"),
     [
         pytest.param(tool_call("decide", "{not json at all"), True, id="arguments-not-json"),
-        pytest.param(tool_call("decide", {"action": "long", "text": "A speech."}), True, id="action-not-offered"),
+        pytest.param(tool_call("decide", {"action": "aizuchi", "text": "Mm."}), True, id="nod-on-a-remarks-claim"),
         pytest.param(tool_call("decide", {"action": "remark", "text": "  "}), True, id="remark-without-text"),
         pytest.param(text_reply("I think ramen."), True, id="no-tool-call"),
         pytest.param(raw("{this is not json"), False, id="body-not-json"),
@@ -216,7 +226,7 @@ async def test_malformed_model_output_is_dropped_and_usage_reported_when_the_api
 
     assert live.room.posts == []
     assert await persona_texts(live) == []
-    assert await tokens_today(live) == (TOKENS_PER_ANSWER if answered else 0)
+    assert await tokens_today(live) == (spent(fake_llm) if answered else 0)
     await check_nothing_held(live)
     # Bad output is not an outage: the next message is answered at once, without a back-off.
     assert runtime.backing_off() == 0
@@ -268,7 +278,7 @@ async def test_a_tool_loop_round_trip_reads_history_and_status_then_consumes_and
     assert [post.text for post in live.room.posts] == [line]
     history_now = (await live.service.history(CHANNEL, after=0, limit=10)).messages
     assert (history_now[-1].author_id, history_now[-1].tier) == ("aoi", Tier.REMARK)
-    assert await tokens_today(live) == 4 * TOKENS_PER_ANSWER  # every call of the loop reported
+    assert await tokens_today(live) == spent(fake_llm)  # every call of the loop reported
     await check_nothing_held(live)
 
 
@@ -281,7 +291,7 @@ async def test_a_tool_loop_that_fails_midway_posts_nothing(fake_llm: FakeLLMServ
     assert len(fake_llm.requests) == 2
     assert runtime.stats.provider_errors == 1
     assert live.room.posts == []
-    assert await tokens_today(live) == TOKENS_PER_ANSWER  # the first call was answered
+    assert await tokens_today(live) == spent(fake_llm)  # the first call was answered
     await check_nothing_held(live)
 
 
@@ -386,3 +396,29 @@ async def test_a_refused_key_stops_the_persona_says_why_once_and_the_others_answ
 
 async def _spoken_after(live: Live, channel: str, seq: int, persona_id: str) -> bool:
     return any(m.seq > seq and m.author_id == persona_id for m in await live.history(channel))
+
+
+async def test_a_persona_reads_its_cached_prompt_back_on_a_claim_of_another_tier(
+    fake_llm: FakeLLMServer, live: Live, api: str
+) -> None:
+    # The worker's own decisions (bots.worker.turn.decide) on a nod's claim, then a remark's; the channel is paused so
+    # that the persona's worker makes none of its own meanwhile.
+    await live.service.update_settings(CHANNEL, {"paused": True})
+    fake_llm.script(decision("aizuchi", "Ooh."), decision("remark", "Ramen, obviously."))
+    runtime = await live.start(make_persona("aoi"), provider_for(fake_llm, api), CHANNEL)
+    await live.say(CHANNEL, "Back from the trip! Ramen or udon tonight?")
+    status = await live.status(CHANNEL, "aoi")
+    shown = tuple(await live.history(CHANNEL))
+
+    for tier, moves in ((Tier.AIZUCHI, ("pass", "aizuchi")), (Tier.REMARK, ("pass", "remark"))):
+        claim = wire.ClaimView(claim_id=f"c-{tier}", persona="aoi", tier=tier, cost=5, state=wire.SpendState.HELD)
+        action = Decide(status, claim, shown, moves, {}, 20.0, True, None, ())
+        decided = await decide(runtime, CHANNEL, action, asyncio.Event())
+        assert decided.outcome.decision.action == str(tier)  # type: ignore[union-attr]
+
+    (_, _, _, written), (_, _, read, written_again) = fake_llm.usages
+    assert written > 500 and (read, written_again) == (written, 0)  # written on the nod's claim, read on the remark's
+    assert await tokens_today(live) == spent(fake_llm)
+    [used] = (await live.service.usage_today(CHANNEL)).personas
+    assert (used.requests, used.cache_read_tokens, used.cache_write_tokens) == (2, written, written)
+    assert (runtime.stats.cache_read_tokens, runtime.stats.cache_write_tokens) == (written, written)

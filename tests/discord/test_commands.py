@@ -199,6 +199,9 @@ async def test_status_shows_the_pool_the_tiers_the_idle_cap_the_personas_and_the
     await service.record_message(lounge, author_id="bob", author_name="Bob", text="hi")
     await service.consume(lounge, "hana", "Hello Bob, good to see you here today.", tier=Tier.REMARK)
     await service.report_usage(lounge, "hana", 1_200, 34)
+    # Of 2,000 prompt tokens, 1,500 read from the provider's cache (a tenth each) and 400 written (1.25 each):
+    # 100 + 150 + 500 + 10 = 760 against the budget.
+    await service.report_usage(lounge, "kai", 2_000, 10, cache_read_tokens=1_500, cache_write_tokens=400)
     clock.advance(2.0)
 
     result = await run(world, world.mod, "status")
@@ -212,7 +215,10 @@ async def test_status_shows_the_pool_the_tiers_the_idle_cap_the_personas_and_the
     assert "remark 60 (≤120 cols, back in 5 s)" in text
     assert "long 80 (≤240 cols, back in 8 s)" in text
     assert "1 of 4 bot turns" in text
-    assert "Tokens today: 1,234 / 50,000" in text
+    assert "Tokens today: 1,994 / 50,000" in text
+    # Each persona's calls, the prompt cache's reads and writes shown apart.
+    assert "- Hana: 1 call, 1,200 in, 34 out" in text
+    assert "- Kai: 1 call, 2,000 in (cache: 1,500 read, 400 written), 10 out" in text
     assert "Personas: Hana (on), Kai (muted), mio (off)" in text
     assert "Topic: weekend plans" in text
     assert "running" in text

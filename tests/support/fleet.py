@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from arbiter.server import Arbiter
     from bots.follower import StreamFollower
     from bots.llm.base import Completion, CompletionRequest, DecisionRequest, DecisionResult
+    from bots.llm.pricing import ModelPrice
     from bots.mcp_host import ToolHost
     from bots.runtime import ChannelWorker
 
@@ -126,6 +127,10 @@ class RecordingProvider(ChatProvider):
         self._gate = asyncio.Event()
         self._gate.set()
         self._failures: deque[BaseException] = deque()
+
+    @property
+    def price(self) -> ModelPrice | None:
+        return self.inner.price
 
     @property
     def calls(self) -> int:

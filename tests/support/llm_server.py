@@ -17,7 +17,8 @@ the API's own error format, with ``x-should-retry: false``, recorded in ``refusa
 consuming no scripted reply. The rules, and where each comes from:
 
 Images (image blocks and parts: their kinds, sources, roles and counts, and what they are charged) follow the
-rules in ``tests.support.llm_images``.
+rules in ``tests.support.llm_images``; the prompt cache (breakpoints, minimums, lifetimes, and the cache's reads and
+writes in the usage) those in ``tests.support.llm_cache``, on the server's ``clock``.
 
 Anthropic Messages (every model name; per model where the documentation says so, see ``CLAUDE_MODELS``):
 
@@ -120,6 +121,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -129,10 +131,11 @@ from anthropic.types.message_create_params import MessageCreateParamsNonStreamin
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
 
 from bots.llm.profiles import BUILTIN_PROFILES, ProviderProfile
-from tests.support.llm_images import ImageRefused, claude_images, gpt_images, image_charge
+from tests.support.llm_cache import Cached, CacheRefused, PromptCache, claude_prefixes, gpt_prefixes
+from tests.support.llm_images import ImageRefused, claude_images, fetch_images, gpt_images, image_charge
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping
+    from collections.abc import Callable, Iterable, Iterator, Mapping
     from types import TracebackType
 
 __all__ = (
@@ -239,12 +242,14 @@ class Refusal:
 
 @dataclass(frozen=True)
 class ClaudeModel:
-    """What a Claude model takes. ``current``: it refuses sampling parameters and an assistant prefill."""
+    """What a Claude model takes. ``current``: it refuses sampling parameters and an assistant prefill.
+    ``min_cacheable``: the shortest prefix it caches (its overview page's "minimum cacheable prompt length")."""
 
     thinks_by_default: bool
     refused_thinking: frozenset[str]
     forced_tools: bool
     current: bool = True
+    min_cacheable: int = 512
 
 
 _CURRENT = ClaudeModel(thinks_by_default=True, refused_thinking=frozenset({"between_tools"}), forced_tools=True)
@@ -262,6 +267,7 @@ CLAUDE_MODELS: dict[str, ClaudeModel] = {
         refused_thinking=frozenset({"adaptive", "between_tools"}),
         forced_tools=True,
         current=False,
+        min_cacheable=4096,
     ),
 }
 
@@ -272,12 +278,14 @@ class GPTModel:
 
     ``reasoning``: it wants ``max_completion_tokens``. ``efforts``: the ``reasoning_effort`` values it takes (None:
     any the SDK knows). ``effort_with_tools``: the effort it assumes when none is sent, for the rule that function
-    tools need ``none`` (None: no such rule).
+    tools need ``none`` (None: no such rule). ``cache_writes``: GPT-5.6 and later, which bill and report cache writes
+    and take explicit cache breakpoints (see ``tests.support.llm_cache``).
     """
 
     reasoning: bool
     efforts: frozenset[str] | None = None
     effort_with_tools: str | None = None
+    cache_writes: bool = False
 
 
 # By the longest prefix of the model name. A name matching none (or None) is a compatible server's: lenient.
@@ -286,6 +294,7 @@ GPT_MODELS: dict[str, GPTModel | None] = {
         reasoning=True,
         efforts=frozenset({"none", "low", "medium", "high", "xhigh", "max"}),
         effort_with_tools="medium",
+        cache_writes=True,
     ),
     "gpt-5.5": GPTModel(reasoning=True, effort_with_tools="none"),
     "gpt-5.4": GPTModel(reasoning=True, effort_with_tools="none"),
@@ -297,6 +306,8 @@ GPT_MODELS: dict[str, GPTModel | None] = {
     "o4": GPTModel(reasoning=True),
 }
 
+# "Caching is enabled automatically for prompts that are 1024 tokens or longer" (the prompt caching guide).
+GPT_MIN_CACHEABLE = 1024
 _SAMPLING = ("temperature", "top_p", "top_k")
 _ANTHROPIC_FIELDS = (
     MessageCreateParamsNonStreaming.__optional_keys__ | MessageCreateParamsNonStreaming.__required_keys__
@@ -634,6 +645,8 @@ class FakeLLMServer:
     docstring); ``ignored`` lists the request fields Ollama would have dropped without a word.
 
     ``keys=[...]``: the only keys it takes; any other is refused with a 401, as the API refuses it.
+
+    ``clock``: the seconds the prompt cache's entries live by (a test moves a fake one past their lifetime).
     """
 
     def __init__(
@@ -642,13 +655,17 @@ class FakeLLMServer:
         lenient: bool = False,
         ollama: Iterable[str] | None = None,
         keys: Iterable[str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._replies: deque[Reply] = deque(replies)
+        self.cache = PromptCache(clock)
         self.keys = None if keys is None else frozenset(keys)
         self.key_checks: list[RecordedRequest] = []
         self.lenient = lenient
         self.ollama = None if ollama is None else frozenset(_ollama_name(model) for model in ollama)
         self.requests: list[RecordedRequest] = []
+        # What each answer said was spent: (every input token, output tokens, read from the cache, written to it).
+        self.usages: list[tuple[int, int, int, int]] = []
         self.refusals: list[Refusal] = []
         self.ignored: list[str] = []
         self.unscripted = 0
@@ -676,7 +693,9 @@ class FakeLLMServer:
         return [request.body for request in self.requests if api is None or request.api == api]
 
     async def start(self) -> None:
-        app = web.Application()
+        # Bodies as large as the APIs take (Anthropic's Messages API: 32 MB a request), not aiohttp's 1 MB: inline
+        # images make large requests.
+        app = web.Application(client_max_size=32 * 1024 * 1024)
         app.router.add_post("/v1/messages", self._anthropic)
         app.router.add_post("/v1/chat/completions", self._openai)
         app.router.add_get("/v1/models", self._models)
@@ -715,10 +734,11 @@ class FakeLLMServer:
             return refused
         try:
             _check_anthropic(body)
-            images = claude_images(body["messages"])
+            images = await fetch_images("anthropic", claude_images(body["messages"]))
+            breakpoints = claude_prefixes(body)
         except _Refused as refused:
             return self._refuse("anthropic", refused)
-        except ImageRefused as refused:
+        except (ImageRefused, CacheRefused) as refused:
             return self._refuse("anthropic", _Refused(refused.message))
         reply = await self._next()
         if reply is None:
@@ -731,6 +751,10 @@ class FakeLLMServer:
         content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
         for name, arguments in reply.calls:
             content.append({"type": "tool_use", "id": self._id("toolu"), "name": name, "input": arguments})
+        model = _by_prefix(CLAUDE_MODELS, str(body["model"])) or _CURRENT
+        cached = self.cache.use(breakpoints, model.min_cacheable)
+        uncached = reply.usage[0] + image_charge("anthropic", images)
+        self.usages.append((uncached + cached.read + cached.written, reply.usage[1], cached.read, cached.written))
         message = {
             "id": self._id("msg"),
             "type": "message",
@@ -740,7 +764,9 @@ class FakeLLMServer:
             "stop_reason": reply.stop_reason or ("tool_use" if reply.calls else "end_turn"),
             "stop_sequence": None,
             "usage": {
-                "input_tokens": reply.usage[0] + image_charge("anthropic", images),
+                "input_tokens": uncached,
+                "cache_creation_input_tokens": cached.written,
+                "cache_read_input_tokens": cached.read,
                 "output_tokens": reply.usage[1],
             },
         }
@@ -783,10 +809,15 @@ class FakeLLMServer:
                 self.ignored.extend(_check_ollama(body, self.ollama))
             else:
                 _check_openai(body, lenient=self.lenient)
-            images = gpt_images(body.get("messages") if isinstance(body, dict) else None)
+            images = await fetch_images("openai", gpt_images(body.get("messages") if isinstance(body, dict) else None))
+            # OpenAI's own models cache; what a compatible server does is its own (nothing, here).
+            gpt = None if self.lenient or self.ollama is not None else _by_prefix(GPT_MODELS, str(body["model"]))
+            breakpoints, writes = gpt_prefixes(body, explicit_breakpoints=gpt.cache_writes) if gpt else ([], 0)
         except _Refused as refused:
             return self._refuse("openai", refused)
         except ImageRefused as refused:
+            return self._refuse("openai", _Refused(refused.message, param=refused.param, code=refused.code))
+        except CacheRefused as refused:
             return self._refuse("openai", _Refused(refused.message, param=refused.param))
         reply = await self._next()
         if reply is None:
@@ -813,7 +844,9 @@ class FakeLLMServer:
             for index, call in enumerate(message.get("tool_calls", [])):
                 call["index"] = index
         prompt, completion = reply.usage
-        prompt += image_charge("openai", images)
+        cached = self.cache.use(breakpoints, GPT_MIN_CACHEABLE, writes=writes) if gpt is not None else Cached()
+        prompt += image_charge("openai", images) + cached.read + cached.written
+        self.usages.append((prompt, completion, cached.read, cached.written))
         answer: dict[str, Any] = {
             "id": self._id("chatcmpl"),
             "object": "chat.completion",
@@ -828,6 +861,11 @@ class FakeLLMServer:
             ],
             "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
         }
+        if gpt is not None:
+            details: dict[str, int] = {"cached_tokens": cached.read}
+            if gpt.cache_writes:
+                details["cache_write_tokens"] = cached.written
+            answer["usage"]["prompt_tokens_details"] = details
         if self.ollama is not None:
             answer["system_fingerprint"] = "fp_ollama"
         return web.json_response(answer)

@@ -23,6 +23,7 @@ from arbiter.room import add_room
 from arbiter.server import open_arbiter
 from arbiter.settings import ArbiterSettings
 from bots.arbiter_client import ArbiterClient
+from bots.image_fetch import ImageFetcher
 from bots.llm.scripted import ScriptedProvider
 from bots.persona import load_personas
 from bots.platforms.room import RoomPlatform
@@ -105,6 +106,7 @@ async def room_server(
         await server.start_server(shutdown_timeout=0.2)
         room = RoomServer(arbiter, server, runtimes, opened)
         try:
+            images = ImageFetcher(session)  # as the fleet has: the room's pictures fetched and sent inline
             for index, persona in enumerate(load_personas(PERSONAS_DIR, list(personas)) if personas else []):
                 provider = ScriptedProvider.for_persona(persona, seed=index, latency_s=latency_s)
                 runtime = PersonaRuntime(
@@ -114,6 +116,7 @@ async def room_server(
                     RoomPlatform(persona.id),
                     config=config,
                     rng=random.Random(index),
+                    images=images,
                 )
                 await runtime.start()
                 runtimes.append(runtime)

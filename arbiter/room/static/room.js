@@ -36,6 +36,7 @@
     heldBack: {}, // persona id -> {reason, detail, retry_after}: why the arbiter would refuse it any turn now
     heldBackAt: 0, // when heldBack was read (its retry_after counts from then)
     memories: new Map(), // persona id -> its notes on this conversation ({seq, state, ...})
+    usage: new Map(), // persona id -> its LLM tokens here today ({requests, prompt_tokens, cache_read_tokens, ...})
     messages: new Map(), // seq -> <li>
     activity: new Map(), // persona id -> {what, until}
     levels: [], // [{t: ms, level, capacity}], oldest first
@@ -66,7 +67,9 @@
 
   async function request(method, path, body) {
     const options = { method, headers: {} };
-    if (body !== undefined) {
+    if (body instanceof FormData) {
+      options.body = body; // multipart: the browser sets the type with its boundary
+    } else if (body !== undefined) {
       options.headers["Content-Type"] = "application/json";
       options.body = JSON.stringify(body);
     }
@@ -179,7 +182,74 @@
       ? el("p", { class: "text", lang, text: message.text })
       : el("p", { class: "text" }, ...cjkRuns(message.text));
     item.append(head, text);
+    const pictures = picturesNode(message);
+    if (pictures) item.append(pictures);
     return item;
+  }
+
+  // The pictures a person showed with a message: those the room holds (local), by their path here. Another site's
+  // picture (a Discord attachment) is not fetched: the page shows only what the arbiter serves.
+  function picturesNode(message) {
+    const held = (message.images || []).filter((image) => image.local);
+    if (!held.length) return null;
+    const node = el("div", { class: "pictures" });
+    for (const image of held) {
+      const src = new URL(image.url).pathname;
+      const attrs = { src, alt: `a picture ${message.author_name} showed`, loading: "lazy", decoding: "async" };
+      if (image.width && image.height) Object.assign(attrs, { width: image.width, height: image.height });
+      const picture = el("img", attrs);
+      picture.addEventListener("error", () =>
+        link.replaceWith(el("span", { class: "picture-gone", text: "(a picture the room no longer holds)" })),
+      );
+      const link = el("a", { href: src, target: "_blank", rel: "noopener" }, picture);
+      node.append(link);
+    }
+    return node;
+  }
+
+  // --- pictures to send: picked, pasted or dropped; shown until sent or taken back ---
+
+  const pending = []; // { file, url }: url is a blob: address of the file, for its preview
+
+  function addPictures(files) {
+    const refused = [];
+    for (const file of files) {
+      if (!file.type.startsWith("image/")) {
+        refused.push(file.name || "that file");
+        continue;
+      }
+      pending.push({ file, url: URL.createObjectURL(file) });
+    }
+    showAttachments();
+    if (refused.length) showError($("say-error"), { message: `Not a picture: ${refused.join(", ")}.` });
+  }
+
+  function takeBack(entry) {
+    pending.splice(pending.indexOf(entry), 1);
+    URL.revokeObjectURL(entry.url);
+    showAttachments();
+  }
+
+  function clearPictures() {
+    for (const entry of pending.splice(0)) URL.revokeObjectURL(entry.url);
+    showAttachments();
+  }
+
+  function showAttachments() {
+    const list = $("attachments");
+    list.replaceChildren(
+      ...pending.map((entry) => {
+        const name = entry.file.name || "a pasted picture";
+        const remove = el("button", { type: "button", class: "secondary", "aria-label": `Take back ${name}` }, "×");
+        remove.addEventListener("click", () => takeBack(entry));
+        return el("li", { class: "attachment" }, el("img", { src: entry.url, alt: name }), remove);
+      }),
+    );
+    list.hidden = !pending.length;
+  }
+
+  function imageFiles(transfer) {
+    return [...((transfer && transfer.files) || [])].filter((file) => file.type.startsWith("image/"));
   }
 
   // Chinese, Japanese and Korean characters (with their punctuation and full-width forms). A nod is set in italics,
@@ -408,6 +478,14 @@
     return held ? HELD_LABELS[held] || "quiet" : "waiting";
   }
 
+  // A persona's tokens today: what went in (and how much of it the provider's prompt cache read and wrote), out.
+  function usageText(used) {
+    const n = (count) => count.toLocaleString("en");
+    const cached = used.cache_read_tokens || used.cache_write_tokens
+      ? ` (cache ${n(used.cache_read_tokens)} read, ${n(used.cache_write_tokens)} written)` : "";
+    return `${n(used.prompt_tokens)} in${cached}, ${n(used.completion_tokens)} out today`;
+  }
+
   function showPersonas() {
     if (!state.loaded) return;
     const personas = [...state.personas.values()];
@@ -420,10 +498,12 @@
       if (held && held.detail) attrs.title = held.detail;
       // An external agent (an MCP client with a token of its own) takes part like a persona; the room says which.
       const agent = persona.kind === "agent" ? [el("span", { class: "hint", text: "agent" })] : [];
+      const used = state.usage.get(persona.id);
+      const tokens = used ? [el("span", { class: "hint usage", text: usageText(used) })] : [];
       return el(
         "li",
         attrs,
-        el("span", { class: "member" }, chip(persona.display_name, colorOf(persona.id)), ...agent),
+        el("span", { class: "member" }, chip(persona.display_name, colorOf(persona.id)), ...agent, ...tokens),
         el("span", { class: `activity activity-${what}`, text: what }),
       );
     });
@@ -574,6 +654,7 @@
     state.heldBackAt = Date.now();
     state.status = room.status;
     state.memories = new Map((room.memories || []).map((memory) => [memory.persona, memory]));
+    state.usage = new Map((room.usage || []).map((used) => [used.persona, used]));
     applySettings(room.settings);
     showNotice(room.notice);
     showCannotSpeak();
@@ -1033,6 +1114,32 @@
         $("composer").requestSubmit();
       }
     });
+    // A picture pasted into the message box joins the message (the text pasted with it, if any, still goes in).
+    text.addEventListener("paste", (event) => {
+      const files = imageFiles(event.clipboardData);
+      if (!files.length) return;
+      if (!event.clipboardData.types.includes("text/plain")) event.preventDefault();
+      addPictures(files);
+    });
+    $("attach").addEventListener("click", () => $("picture").click());
+    $("picture").addEventListener("change", (event) => {
+      addPictures([...event.target.files]);
+      event.target.value = ""; // the same file may be picked again
+    });
+    const composer = $("composer");
+    composer.addEventListener("dragover", (event) => {
+      if (![...event.dataTransfer.types].includes("Files")) return;
+      event.preventDefault();
+      composer.dataset.dropping = "";
+    });
+    composer.addEventListener("dragleave", () => delete composer.dataset.dropping);
+    composer.addEventListener("drop", (event) => {
+      delete composer.dataset.dropping;
+      if (!event.dataTransfer.files.length) return;
+      event.preventDefault();
+      addPictures([...event.dataTransfer.files]);
+    });
+
     $("composer").addEventListener("submit", async (event) => {
       event.preventDefault();
       const error = $("say-error");
@@ -1042,14 +1149,24 @@
         name.focus();
         return;
       }
-      if (!body.text) {
+      if (!body.text && !pending.length) {
         text.focus();
         return;
       }
       const send = $("send");
       send.disabled = true;
       try {
-        await request("POST", "say", body);
+        if (pending.length) {
+          // With pictures, a form: the arbiter checks each from its bytes and says which one it cannot take.
+          const form = new FormData();
+          form.append("name", body.name);
+          form.append("text", body.text);
+          for (const entry of pending) form.append("image", entry.file, entry.file.name || "pasted-picture");
+          await request("POST", "say", form);
+          clearPictures();
+        } else {
+          await request("POST", "say", body);
+        }
         showError(error, null);
         text.value = "";
       } catch (failure) {

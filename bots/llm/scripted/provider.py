@@ -222,7 +222,9 @@ class ScriptedProvider(ChatProvider):
 
     def _decide_call(self, tool: ToolSpec, request: CompletionRequest) -> Completion:
         properties = tool.parameters.get("properties", {})
-        enum = properties.get("action", {}).get("enum", ACTIONS)
+        # What the claim allows, as the prompt says it (the scene's moves); the tool itself offers every action.
+        scene = request.scene
+        enum = scene.moves if scene is not None and scene.moves else properties.get("action", {}).get("enum", ACTIONS)
         actions = tuple(action for action in ACTIONS if action in enum)
         found = loop.looked_up(request.turns)
         saying = next((action for action in ("remark", "long") if action in actions), None)

@@ -723,6 +723,18 @@ async def test_usage_accumulates_per_channel_and_day(api: Api) -> None:
     second = await api.call("POST", path, "kai", json={"prompt_tokens": 30, "completion_tokens": 0, "model": "m"})
     assert second["tokens_today"] == 150
     assert (await api.status())["tokens_today"] == 150
+    # The prompt cache's share at its own price: 1,000 read at the model's 5%, 200 written at 1.25, 100 uncached.
+    cached = {"prompt_tokens": 1_300, "completion_tokens": 10, "cache_read_tokens": 1_000, "cache_write_tokens": 200}
+    third = await api.call("POST", path, "hana", json={**cached, "cache_read_rate": 0.05})
+    assert third["tokens_today"] == 150 + 100 + 50 + 250 + 10
+    # Said the default way (no rates): the built-in models' tenth and 1.25.
+    fourth = await api.call(
+        "POST", path, "kai", json={"prompt_tokens": 100, "completion_tokens": 0, "cache_read_tokens": 100}
+    )
+    assert fourth["tokens_today"] == third["tokens_today"] + 10
+    more = {"prompt_tokens": 10, "completion_tokens": 0, "cache_read_tokens": 8, "cache_write_tokens": 8}
+    refused = await api.call("POST", path, "kai", json=more, expect=422)
+    assert "part of prompt_tokens" in str(refused)
 
 
 async def test_spent_budget_refuses_until_the_next_utc_day(api: Api, clock: FakeClock) -> None:

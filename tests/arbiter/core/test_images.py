@@ -3,7 +3,8 @@ size, the first few; and when a signed Discord address expires."""
 
 from __future__ import annotations
 
-from arbiter.core.images import ImageBounds, ImageRef, bounded, signed_expiry
+from arbiter.core.images import ImageBounds, ImageRef, Sniffed, bounded, signed_expiry, sniff
+from tests.support.pictures import gif, jpeg_header, png, webp_header
 
 
 def image(name: str, content_type: str = "image/png", size: int | None = 1000) -> ImageRef:
@@ -38,3 +39,18 @@ def test_a_signed_address_expires_at_its_ex_parameter() -> None:
     expiring = ImageRef(url, "image/png", expires_at=100.0)
     assert not expiring.expired(99.9) and expiring.expired(100.0)
     assert not ImageRef("https://example.org/dog.webp", "image/webp").expired(1e12)
+
+
+def test_an_image_is_known_by_its_bytes_with_its_dimensions() -> None:
+    assert sniff(png(64, 48)) == Sniffed("image/png", 64, 48)
+    assert sniff(gif(3, 2)) == Sniffed("image/gif", 3, 2)
+    assert sniff(jpeg_header(1024, 768)) == Sniffed("image/jpeg", 1024, 768)
+    assert sniff(webp_header(640, 480)) == Sniffed("image/webp", 640, 480)
+
+
+def test_other_formats_are_named_and_anything_else_is_not_an_image() -> None:
+    assert sniff(b"BM" + bytes(60)) == Sniffed("image/bmp")
+    assert sniff(b"II*\x00" + bytes(8)) == Sniffed("image/tiff")
+    assert sniff(b"\x00\x00\x00\x18ftypheic" + bytes(8)) == Sniffed("image/heic")
+    for data in (b"", b"hello, world", b"<svg xmlns='http://www.w3.org/2000/svg'/>", b"%PDF-1.7", png()[:20]):
+        assert sniff(data) is None

@@ -23,6 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from sqlalchemy import func, select
 
 from arbiter.mcp.kept import KeptSessions, SessionLimits, new_session_id, session_key, session_of
+from arbiter.mcp.streams import RESTART_RETRY_MS, RETRY_MS
 from arbiter.server import open_arbiter, serving
 from arbiter.storage.database import Database
 from arbiter.storage.migrate import migrate
@@ -111,6 +112,26 @@ async def test_a_client_keeps_its_session_and_subscription_across_a_restart(tmp_
         assert await heard.next() == HISTORY
         await api.say(CHANNEL, "ken", "おかえり")
         assert await heard.next() == HISTORY
+
+
+async def test_a_stream_ended_by_a_shutdown_asks_for_a_longer_wait_than_one_that_just_ended() -> None:
+    # The SDKs reconnect twice, then give up: a stream the arbiter ends because it is stopping gives the restart
+    # 30 s to be back rather than the 10 s every other end gives.
+    async with aiohttp.ClientSession() as http:
+        async with (
+            open_arbiter(make_settings(None, agent_tokens=AGENTS), clock=FakeClock(), in_memory=True) as arbiter,
+            serving(arbiter.app, "127.0.0.1", 0) as base,
+        ):
+            await Api(http, AGENTS, base=base).create_channel(CHANNEL)
+            url = f"{base}/channels/{CHANNEL}/mcp"
+            session = await _session(http, url, "aya")
+            stream = await http.get(url, headers={**_as("aya"), "Mcp-Session-Id": session})
+            assert stream.status == 200
+            assert await stream.content.readuntil(b"\n\n") == f"retry: {RETRY_MS}\n\n".encode()
+        # The server has shut down: what the stream said last.
+        rest = (await stream.content.read()).decode()
+    assert rest.strip().split("\n\n")[-1] == f"retry: {RESTART_RETRY_MS}"
+    assert RESTART_RETRY_MS >= 3 * RETRY_MS
 
 
 async def test_a_client_moved_to_another_arbiter_process_keeps_working(postgres_url: str) -> None:

@@ -259,6 +259,27 @@ async def test_state_says_when_the_bots_have_had_their_turns(room: Room) -> None
     assert (await room.call("GET", "/room/api/lobby/state"))["held_back"] == {}
 
 
+async def test_state_shows_each_personas_tokens_with_the_prompt_caches_share(room: Room) -> None:
+    await room.call("GET", "/room/api/lobby/state")  # the room opens its channel on the first visit
+    await room.service.report_usage("lobby", "hana", 1_300, 40, cache_read_tokens=1_100, cache_write_tokens=0)
+    await room.service.report_usage("lobby", "hana", 1_250, 30, cache_read_tokens=0, cache_write_tokens=1_100)
+
+    state = await room.call("GET", "/room/api/lobby/state")
+
+    assert state["usage"] == [
+        {
+            "persona": "hana",
+            "requests": 2,
+            "prompt_tokens": 2_550,
+            "completion_tokens": 70,
+            "cache_read_tokens": 1_100,
+            "cache_write_tokens": 1_100,
+        }
+    ]
+    # 350 uncached + 110 read + 1,375 written + 70 out.
+    assert state["status"]["tokens_today"] == 350 + 110 + 1_375 + 70
+
+
 async def test_state_says_when_a_spent_budget_comes_back(room: Room, clock: FakeClock) -> None:
     midnight = (clock.value // 86_400 + 1) * 86_400  # the next UTC midnight
     clock.advance(midnight - clock.value - 3600)

@@ -13,6 +13,8 @@ the default settings, is also saved there: the README's picture.
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import itertools
 import os
 import re
@@ -25,8 +27,10 @@ import pytest
 from aizuchi.fleet import Cast, offline_notice
 from arbiter.contract import DialogueState, MemoryUpdate, SpeakerNote, Tier
 from bots.llm.profiles import ProviderProfile
+from bots.llm.scripted import GENERIC
 from bots.persona import load_personas
 from tests.support.eventually import eventually
+from tests.support.pictures import png
 from tests.support.proxy import tcp_proxy
 from tests.support.room import PERSONAS_DIR, ROOM_PERSONAS, room_server
 
@@ -670,10 +674,13 @@ async def test_the_room_says_why_the_personas_are_quiet(browser: Browser) -> Non
 
         # Today's tokens are spent: quiet until the budget resets, which the room says when.
         await room.settled("lobby")
-        await service.report_usage("lobby", "rin", 90, 10)
+        await service.report_usage("lobby", "rin", 90, 10, cache_read_tokens=60, cache_write_tokens=20)
         await page.fill("#s-budget", "50")
         await page.click("#apply")
         await quiet.filter(has_text="Today's token budget is spent").wait_for()
+        # Beside the persona, its tokens today, the provider's prompt cache's share apart.
+        usage = page.locator('#personas li[data-persona="rin"] .usage')
+        await usage.filter(has_text="90 in (cache 60 read, 20 written), 10 out today").wait_for()
         text = await quiet.text_content() or ""
         assert re.search(r"resets at \d{1,2}:\d{2}( [AP]M)? \(in (\d+ h )?\d+ min\)", text), text
         await all_personas(page, "quiet")
@@ -1146,7 +1153,7 @@ async def test_on_a_phone_everything_to_tap_is_big_enough(browser: Browser) -> N
             page = await new_page(browser, viewport=PHONE, scheme=scheme)
             problems = watch_problems(page)
             await open_room(page, room.url + "/room/lobby")
-            for shown in ("#quiet-action", "#notice-hide", "#view-toggle", "#name", "#text", "#send"):
+            for shown in ("#quiet-action", "#notice-hide", "#view-toggle", "#name", "#text", "#attach", "#send"):
                 assert await page.is_visible(shown), shown
             assert await small_targets(page) == [], scheme
             await page.click("#view-toggle")
@@ -1157,3 +1164,78 @@ async def test_on_a_phone_everything_to_tap_is_big_enough(browser: Browser) -> N
             assert await contrast_failures(page) == [], scheme
             await page.context.close()
             assert problems == []
+
+
+PASTE = """([name, type, data]) => {
+  // What the browser does when a person pastes a screenshot: a paste event whose clipboard holds the file.
+  const bytes = Uint8Array.from(atob(data), (char) => char.charCodeAt(0));
+  const clipboard = new DataTransfer();
+  clipboard.items.add(new File([bytes], name, { type }));
+  const text = document.getElementById("text");
+  text.focus();
+  text.dispatchEvent(new ClipboardEvent("paste", { clipboardData: clipboard, bubbles: true, cancelable: true }));
+}"""
+
+SHOWN_PICTURES = """() => [...document.querySelectorAll("#messages li .pictures img")].map((img) => ({
+  // Drawn: the browser decoded the bytes the arbiter served.
+  src: img.getAttribute("src"), width: img.naturalWidth, height: img.naturalHeight, complete: img.complete,
+}))"""
+
+
+async def test_a_person_shows_the_personas_a_picture_and_they_answer_about_it(browser: Browser) -> None:
+    photo_lines = {line.replace("{name}", "Yui") for line in GENERIC["en"].photos}
+    async with room_server(personas=("rin",)) as room:
+        page = await new_page(browser)
+        await open_room(page, room.url + "/room/lobby")
+        await page.fill("#name", "Yui")
+
+        # Picked, but not a picture at all (a file named .png): the arbiter says so, nothing is posted, and the
+        # file stays there to be taken back.
+        await page.set_input_files(
+            "#picture", files=[{"name": "notes.png", "mimeType": "image/png", "buffer": b"shopping: eggs, milk"}]
+        )
+        await page.locator("#attachments li").wait_for()
+        await page.fill("#text", "Rin, look!")
+        await page.press("#text", "Enter")
+        await page.locator("#say-error", has_text="image 1 (notes.png) is not an image").wait_for()
+        assert await messages(page) == []
+        await page.click("#attachments button[aria-label='Take back notes.png']")
+        assert await page.locator("#attachments").is_hidden()
+
+        # Pasted into the message box: previewed, then sent with the words, shown in the conversation.
+        picture = png(120, 80)
+        await page.evaluate(PASTE, ["image.png", "image/png", base64.b64encode(picture).decode()])
+        await page.locator("#attachments li img").wait_for()
+        await page.press("#text", "Enter")
+        await page.locator("#messages li[data-author-kind='human'] .pictures img").wait_for()
+        await page.wait_for_function("() => document.getElementById('text').value === ''")
+        assert await page.locator("#attachments").is_hidden() and await page.inner_text("#say-error") == ""
+        await page.wait_for_function(
+            "() => [...document.querySelectorAll('#messages .pictures img')].every((img) => img.complete)"
+        )
+        [shown] = await page.evaluate(SHOWN_PICTURES)
+        name = f"{hashlib.sha256(picture).hexdigest()}.png"
+        assert shown == {"src": f"/room/images/{name}", "width": 120, "height": 80, "complete": True}
+        [said] = [m for m in await messages(page) if m["kind"] == "human"]
+        assert said["text"] == "Rin, look! [attached: image.png]"
+
+        # Rin's model (the offline stand-in) was shown it, fetched from the arbiter and given inline.
+        await page.wait_for_function(
+            "(lines) => [...document.querySelectorAll(\"#messages li[data-author-kind='persona'] .text\")]"
+            ".some((text) => lines.includes(text.textContent))",
+            arg=sorted(photo_lines),
+            timeout=20_000,
+        )
+        [image] = (await room.arbiter.service.history("lobby")).messages[0].images
+        assert image.local and image.width == 120
+        await page.screenshot(path=str(ARTIFACTS / "room-picture.png"))
+        await page.close()
+
+        # On a phone: a picture waiting to be sent, and its button to take it back, big enough to tap.
+        phone = await new_page(browser, viewport=PHONE)
+        await open_room(phone, room.url + "/room/lobby")
+        await phone.evaluate(PASTE, ["image.png", "image/png", base64.b64encode(picture).decode()])
+        await phone.locator("#attachments li img").wait_for()
+        assert await small_targets(phone) == []
+        await phone.screenshot(path=str(ARTIFACTS / "room-picture-phone.png"))
+        await phone.context.close()

@@ -194,7 +194,7 @@ async def test_a_step_that_raises_after_writing_rows_leaves_no_trace(database_ur
 
     def bad(tx: WriteTx) -> None:
         say(tx, BAD, "failed")
-        tx.add_usage(BAD, "hana", day=1, tokens=(10, 20))
+        tx.add_usage(BAD, "hana", day=1, tokens=(10, 20, 0, 0))
         tx.save_memory(Memory(BAD, "hana", 1, {"topic": "tea"}, tx.now()))
         tx.delete_history(BAD)
         conflict(tx)
@@ -233,7 +233,7 @@ async def test_notes_and_tokens_of_a_failed_step_are_not_counted_with_the_next_o
     def notes(seq: int, topic: str) -> Callable[[WriteTx], bool]:
         def step(tx: WriteTx) -> bool:
             say(tx, BAD, topic)
-            tx.add_usage(BAD, "hana", day=1, tokens=(seq, seq))
+            tx.add_usage(BAD, "hana", day=1, tokens=(seq, seq, 0, 0))
             return tx.save_memory(Memory(BAD, "hana", seq, {"topic": topic}, tx.now()))
 
         return step
@@ -259,6 +259,6 @@ async def test_notes_and_tokens_of_a_failed_step_are_not_counted_with_the_next_o
         assert served.batched_together("before", "bad") and served.batched_together("before", "after")
         stored = await served.database.read(repo.load_memories, BAD)
         assert [(memory.seq, memory.state) for memory in stored] == [(1, {"topic": "after"})]
-        assert await served.database.read(repo.usage, BAD, 1) == {"hana": (1, 1, 1)}
+        assert await served.database.read(repo.usage, BAD, 1) == {"hana": (1, 1, 1, 0, 0)}
         assert await served.history(BAD) == ["before", "after"]
         assert "failed" not in marked(served)

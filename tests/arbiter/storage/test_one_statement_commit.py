@@ -18,6 +18,7 @@ from arbiter.server import IdFactory
 from arbiter.service import ArbiterService
 from arbiter.storage.database import Database
 from arbiter.storage.migrate import migrate
+from arbiter.storage.pg_commit import BatchWrites, commit_statement
 from arbiter.storage.sql_port import DatabaseReads
 from arbiter.storage.writer import BatchWriter
 
@@ -121,3 +122,24 @@ async def test_older_notes_never_replace_newer_ones_stored_by_another(postgres_u
         while events.pending:
             told.append(await events.next())
         assert [event.type for event in told] == ["claim", "level"]
+
+
+async def test_the_commit_is_planned_to_touch_rows_by_key_however_small_the_tables_were(postgres_url: str) -> None:
+    """The writer's connection plans its commit once (a generic plan), at its first batch, most often on tables
+    near empty, where scanning a table whole looks cheapest; that plan is kept as the history grows. So the plan it
+    makes on empty tables must reach the rows it updates by their keys, not by scanning spends or messages."""
+    database = Database.open(postgres_url)
+    try:
+        await migrate(database)
+        held = database.held()
+        statement, parameters = commit_statement(BatchWrites(), now=0.0, notify_channel="x", notifications=[])
+        try:
+            rows = await held.fetch(f"EXPLAIN {statement}", *parameters)
+        finally:
+            await held.close()
+    finally:
+        await database.dispose()
+    plan = "\n".join(row[0] for row in rows)
+    for table in ("channels", "spends", "messages"):
+        assert f"Seq Scan on {table}" not in plan, plan
+    assert "Index Scan using pk_spends on spends" in plan

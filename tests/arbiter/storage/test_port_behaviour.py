@@ -139,7 +139,7 @@ def failing(channel_id: str, error: Exception) -> Callable[[StepTx], None]:
         state = state_of(tx, channel_id)
         tx.apply(rules.claim(state, "rin", Tier.REMARK, tx.now(), claim_id="doomed"))
         tx.save_memory(Memory(channel_id, "rin", 1, {"topic": "doomed"}, tx.now()))
-        tx.add_usage(channel_id, "rin", day=1, tokens=(100, 10))
+        tx.add_usage(channel_id, "rin", day=1, tokens=(100, 10, 0, 0))
         tx.save_persona(PersonaInfo("rin", "Doomed Rin"))
         raise error
 
@@ -425,13 +425,16 @@ async def test_newer_notes_are_kept_and_older_ones_refused(port: Port) -> None:
 async def test_usage_adds_up_per_persona_and_day(port: Port) -> None:
     await made(port, LOBBY, GARDEN)
 
-    def used(persona: str, day: int, tokens: tuple[int, int]) -> Callable[[StepTx], None]:
+    def used(persona: str, day: int, tokens: tuple[int, int, int, int]) -> Callable[[StepTx], None]:
         return lambda tx: tx.add_usage(LOBBY, persona, day=day, tokens=tokens)
 
-    await port.together(used("rin", 10, (100, 20)), used("rin", 10, (50, 5)), used("mio", 10, (7, 3)))
-    await port.run(used("rin", 11, (1, 1)))
-    assert await port.reads.usage(LOBBY, 10) == {"rin": (150, 25, 2), "mio": (7, 3, 1)}
-    assert await port.reads.usage(LOBBY, 11) == {"rin": (1, 1, 1)}
+    # (prompt, completion, read from the prompt cache, written to it): the cache's share kept apart.
+    await port.together(
+        used("rin", 10, (100, 20, 60, 0)), used("rin", 10, (50, 5, 0, 40)), used("mio", 10, (7, 3, 0, 0))
+    )
+    await port.run(used("rin", 11, (1, 1, 0, 0)))
+    assert await port.reads.usage(LOBBY, 10) == {"rin": (150, 25, 2, 60, 40), "mio": (7, 3, 1, 0, 0)}
+    assert await port.reads.usage(LOBBY, 11) == {"rin": (1, 1, 1, 0, 0)}
     assert await port.reads.usage(GARDEN, 10) == {}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from typing import TYPE_CHECKING
 
@@ -94,6 +95,29 @@ async def test_only_watched_channels_and_personas_are_parsed(database: Database)
         events = await heard.until(lambda event: isinstance(event, wire.MessageEvent) and event.message.seq == 2)
 
     assert events == [message("lobby", 1), persona, message("lobby", 2, LONG)]
+
+
+async def test_an_event_of_a_channel_no_one_watches_here_is_not_even_parsed(
+    database: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another process's notification holds an event of a channel no one watches here that would not parse (as one
+    of a newer version, or a part this process could not read): it is passed over unread, so the watched channel's
+    event beside it still arrives, and nothing is reported malformed."""
+    heard = Heard()
+    listener = PostgresRelay(database.engine, heard.publish, lambda channel: channel == "lobby")  # alone: no other
+    await listener.start()  # process here parses what it hears
+    try:
+        unreadable = '{"type": "message", "channel_id": "elsewhere", "message": "not a message at all"}'
+        events = [["elsewhere", unreadable], ["lobby", message("lobby", 1).model_dump_json()]]
+        payload = json.dumps({"origin": "another-process", "events": events})
+        with caplog.at_level(logging.WARNING, logger="arbiter.storage.pubsub"):
+            await database.write(lambda conn: pg_notify(conn, NOTIFY_CHANNEL, [payload]))
+            heard_events = await heard.until(lambda event: isinstance(event, wire.MessageEvent))
+    finally:
+        await listener.close()
+
+    assert heard_events == [message("lobby", 1)]
+    assert not caplog.records
 
 
 async def test_a_transactions_events_travel_together_in_order(database: Database) -> None:

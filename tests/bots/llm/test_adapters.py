@@ -100,7 +100,7 @@ async def test_a_pass_decision_has_no_text(
     assert result.decision == Decision("pass")
 
 
-async def test_the_decision_schema_offers_only_the_allowed_actions_and_pass(
+async def test_the_decision_schema_offers_every_action_whatever_the_claim(
     llm_server: FakeLLMServer, make_provider: MakeProvider, flavour: tuple[str, str]
 ) -> None:
     llm_server.script(decision_reply(flavour[1], {"action": "aizuchi", "text": "Ooh!"}))
@@ -118,8 +118,10 @@ async def test_the_decision_schema_offers_only_the_allowed_actions_and_pass(
         instructions = body["system"]
     else:
         schema = body["response_format"]["json_schema"]["schema"]
-        instructions = body["messages"][0]["content"]
-    assert schema["properties"]["action"]["enum"] == ["pass", "aizuchi", "remark"]
+        content = body["messages"][0]["content"]
+        instructions = content if isinstance(content, str) else content[0]["text"]
+    # The same schema on every call of a persona (a provider caches it); the claim's moves are checked in code.
+    assert schema["properties"]["action"]["enum"] == ["pass", "aizuchi", "remark", "long"]
     assert schema["required"] == ["action", "text"]
     assert "at most 16 columns" in instructions
     assert "at most 80 columns" in instructions
@@ -173,9 +175,6 @@ MALFORMED_TOOL_ANSWERS = [
     pytest.param(text_reply("Sure, I'd say something nice."), id="no tool call"),
     pytest.param(tool_call("decide", "{not json"), id="arguments not JSON"),
     pytest.param(tool_call("decide", "[1, 2]"), id="arguments not an object"),
-    pytest.param(
-        tool_call("decide", {"action": "long", "text": "Let me tell you a story..."}), id="action not allowed"
-    ),
     pytest.param(tool_call("decide", {"action": "shout", "text": "HEY"}), id="unknown action"),
     pytest.param(tool_call("decide", {"action": "remark"}), id="missing text"),
     pytest.param(tool_call("decide", {"action": "aizuchi", "text": "   "}), id="blank text"),
@@ -184,7 +183,6 @@ MALFORMED_TOOL_ANSWERS = [
 MALFORMED_JSON_ANSWERS = [
     pytest.param("Sure, I'd say something nice.", id="not JSON"),
     pytest.param("[1, 2]", id="not an object"),
-    pytest.param('{"action": "long", "text": "Let me tell you a story..."}', id="action not allowed"),
     pytest.param('{"action": "remark"}', id="missing text"),
     pytest.param("", id="empty"),
 ]

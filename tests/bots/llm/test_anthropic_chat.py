@@ -141,7 +141,13 @@ async def test_json_schema_mode_asks_for_structured_output_instead_of_a_tool(
     assert result.decision == Decision("aizuchi", "Morning!")
     body = llm_server.requests[0].body
     assert body["output_config"]["format"]["type"] == "json_schema"
-    assert body["output_config"]["format"]["schema"]["properties"]["action"]["enum"] == ["pass", "aizuchi"]
+    # Every action in the schema, whatever the claim: what this one allows is checked on the answer.
+    assert body["output_config"]["format"]["schema"]["properties"]["action"]["enum"] == [
+        "pass",
+        "aizuchi",
+        "remark",
+        "long",
+    ]
     assert "tools" not in body
     assert "tool_choice" not in body
     # A model that always thinks gets no thinking parameter at all.
@@ -182,7 +188,8 @@ async def test_blocks_are_read_by_type_and_cached_input_counts_as_input(
     completion = await make_provider("anthropic").complete(CompletionRequest(system="s", turns=ASK.turns))
 
     assert completion.text == "Sounds fun."
-    assert completion.usage == Usage(412, 30)
+    # Every input token counts, and the cache's share is kept apart: each has its own price.
+    assert completion.usage == Usage(412, 30, cache_read_tokens=300, cache_write_tokens=100)
 
 
 async def test_empty_turns_are_left_out(llm_server: FakeLLMServer, make_provider: MakeProvider) -> None:

@@ -73,15 +73,19 @@ def test_a_forced_tool_must_be_among_the_tools() -> None:
         CompletionRequest(system="s", turns=(), tool_choice="required")
 
 
-def test_the_decide_tool_describes_the_allowed_actions_and_their_lengths() -> None:
+def test_the_decide_tool_is_the_same_whatever_the_claim_allows() -> None:
     tool = decision_tool(ASK)
 
     assert tool.name == "decide"
     assert tool.parameters == decision_schema(ASK)
-    assert tool.parameters["properties"]["action"]["enum"] == ["pass", "aizuchi", "remark"]
+    # Every action, whatever this claim allows: the tool is part of the prompt's cacheable beginning.
+    assert tool.parameters["properties"]["action"]["enum"] == ["pass", "aizuchi", "remark", "long"]
     assert "aizuchi: " in tool.description
+    assert "long: " in tool.description
     assert "at most 10 columns" in tool.description
-    assert "long" not in tool.description.split("Put exactly")[0]
+    for actions in (("aizuchi",), ("remark",), ("remark", "long")):
+        other = DecisionRequest(system="s", turns=(), actions=actions, max_lengths={"aizuchi": 10})
+        assert decision_tool(other) == tool
     assert tool.strict is True  # every property required, no others: what strict modes want
     assert ToolSpec("status", "level", {"type": "object", "properties": {}}).strict is False
 
@@ -150,7 +154,7 @@ def test_a_usable_decision_is_parsed(arguments: dict[str, Any], expected: Decisi
     [
         pytest.param(["remark", "hi"], id="not an object"),
         pytest.param("remark", id="a string"),
-        pytest.param({"action": "long", "text": "A long story."}, id="action not allowed"),
+        pytest.param({"action": "pass", "text": ""}, id="a pass where it must answer"),
         pytest.param({"action": "Remark", "text": "hi"}, id="wrong case"),
         pytest.param({"text": "hi"}, id="no action"),
         pytest.param({"action": "remark"}, id="no text"),
@@ -159,10 +163,36 @@ def test_a_usable_decision_is_parsed(arguments: dict[str, Any], expected: Decisi
     ],
 )
 def test_an_unusable_decision_is_bad_output_carrying_the_usage(arguments: object) -> None:
+    must_answer = DecisionRequest(system="s", turns=(), actions=("aizuchi", "remark"), allow_pass=False)
     with pytest.raises(LLMBadOutput) as caught:
-        parse_decision(arguments, ASK, USAGE)
+        parse_decision(arguments, must_answer, USAGE)
 
     assert caught.value.usage == USAGE
+
+
+@pytest.mark.parametrize(
+    ("allowed", "chosen", "kept"),
+    [
+        pytest.param(("remark",), "long", "remark", id="a long remark on a remark's claim is that remark"),
+        pytest.param(("remark", "long"), "long", "long", id="allowed as it is"),
+        pytest.param(("aizuchi",), "remark", None, id="a remark on a nod's claim"),
+        pytest.param(("aizuchi",), "long", None, id="a long remark on a nod's claim"),
+        pytest.param(("remark",), "aizuchi", None, id="a nod on a remark's claim"),
+        pytest.param(("remark", "long"), "aizuchi", None, id="a nod on a long remark's claim"),
+    ],
+)
+def test_a_tier_the_claim_does_not_allow_is_clamped_or_refused(
+    allowed: tuple[str, ...], chosen: str, kept: str | None
+) -> None:
+    request = DecisionRequest(system="s", turns=(), actions=allowed)  # type: ignore[arg-type]
+    arguments = {"action": chosen, "text": "Well, there is a lot to say about that."}
+
+    if kept is None:
+        with pytest.raises(LLMBadOutput, match="not one of") as caught:
+            parse_decision(arguments, request, USAGE)
+        assert caught.value.usage == USAGE
+    else:
+        assert parse_decision(arguments, request, USAGE).action == kept
 
 
 def test_a_decision_in_json_text_is_decoded_first() -> None:

@@ -4,13 +4,15 @@ the offline stand-in noticing a picture by its kind."""
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from arbiter.contract import AuthorKind, ImageView, MessageView
-from bots.images import prompt_images
+from bots.images import ChosenImage, prompt_images
 from bots.llm import DecisionRequest, ScriptedProvider, Turn
 from bots.llm.base import ImageInput
 from bots.llm.images import image_tokens
@@ -18,6 +20,7 @@ from bots.llm.scene import Scene, SceneLine
 from bots.llm.scripted import GENERIC
 from bots.worker.config import RuntimeConfig
 from tests.support.llm_server import decision_reply
+from tests.support.pictures import PictureHost, gif, png
 
 if TYPE_CHECKING:
     from tests.bots.llm.conftest import MakeProvider
@@ -36,8 +39,8 @@ def said(seq: int, *images: ImageView, kind: AuthorKind = AuthorKind.HUMAN) -> M
     )
 
 
-def names(images: tuple[ImageInput, ...]) -> list[str]:
-    return [image.url.rsplit("/", 1)[1] for image in images]
+def names(chosen: tuple[ChosenImage, ...]) -> list[str]:
+    return [item.image.url.rsplit("/", 1)[1] for item in chosen]
 
 
 def test_only_the_latest_messages_images_are_shown_oldest_first() -> None:
@@ -85,9 +88,6 @@ def test_an_images_cost_is_estimated_as_its_provider_documents(
     assert image_tokens(provider, ImageInput("https://x/y.png", "image/png", width, height)) == tokens
 
 
-ASK = (Turn("user", "Ann: look!", images=(ImageInput("https://cdn.example/cat.png", "image/png", 800, 600),)),)
-
-
 @pytest.mark.parametrize("api", ["anthropic", "openai"])
 @pytest.mark.parametrize("takes_images", [True, False])
 async def test_the_adapters_send_images_before_the_text_only_when_the_profile_says(
@@ -95,22 +95,48 @@ async def test_the_adapters_send_images_before_the_text_only_when_the_profile_sa
 ) -> None:
     llm_server.script(decision_reply("tools", {"action": "remark", "text": "Cute!"}))
     provider = make_provider(api, images=takes_images)
+    async with PictureHost() as host:
+        url = host.put("cat.png", png(800, 600))
+        ask = (Turn("user", "Ann: look!", images=(ImageInput(url, "image/png", 800, 600),)),)
 
-    await provider.decide(DecisionRequest(system="You are Rin.", turns=ASK, actions=("remark",)))
+        await provider.decide(DecisionRequest(system="You are Rin.", turns=ask, actions=("remark",)))
 
     [message] = [m for m in llm_server.requests[0].body["messages"] if m["role"] == "user"]
     if not takes_images:
         assert message["content"] == "Ann: look!"
     elif api == "anthropic":
         assert message["content"] == [
-            {"type": "image", "source": {"type": "url", "url": "https://cdn.example/cat.png"}},
+            {"type": "image", "source": {"type": "url", "url": url}},
             {"type": "text", "text": "Ann: look!"},
         ]
     else:
         assert message["content"] == [
-            {"type": "image_url", "image_url": {"url": "https://cdn.example/cat.png", "detail": "auto"}},
+            {"type": "image_url", "image_url": {"url": url, "detail": "auto"}},
             {"type": "text", "text": "Ann: look!"},
         ]
+
+
+@pytest.mark.parametrize("api", ["anthropic", "openai"])
+async def test_an_image_with_its_bytes_goes_inline(
+    api: Any, llm_server: FakeLLMServer, make_provider: MakeProvider
+) -> None:
+    llm_server.script(decision_reply("tools", {"action": "remark", "text": "Cute!"}))
+    provider = make_provider(api, images=True)
+    photo = gif(40, 30)
+    local = ImageInput("http://127.0.0.1:8765/room/images/x.gif", "image/gif", 40, 30, data=photo)
+
+    await provider.decide(
+        DecisionRequest(system="-", turns=(Turn("user", "Ann: look!", images=(local,)),), actions=("remark",))
+    )
+
+    [message] = [m for m in llm_server.requests[0].body["messages"] if m["role"] == "user"]
+    encoded = base64.b64encode(photo).decode()
+    if api == "anthropic":
+        source = {"type": "base64", "media_type": "image/gif", "data": encoded}
+        assert message["content"][0] == {"type": "image", "source": source}
+    else:
+        assert message["content"][0]["image_url"]["url"] == f"data:image/gif;base64,{encoded}"
+    assert "room/images" not in json.dumps(llm_server.requests[0].body)
 
 
 @pytest.mark.parametrize(("kinds", "lines"), [(("image/jpeg",), "photos"), (("image/gif",), "gifs")])

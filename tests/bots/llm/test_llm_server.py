@@ -275,7 +275,6 @@ async def test_anthropic_refusals_are_400s_in_the_apis_format_and_consume_no_rep
 
 CLAUDE_ACCEPTED = [
     pytest.param(CLAUDE_OK, id="plain"),
-    pytest.param(edited(CLAUDE_OK, messages=claude_image({"type": "url", "url": PHOTO})), id="an image by address"),
     pytest.param(
         edited(CLAUDE_OK, messages=claude_image({"type": "base64", "media_type": "image/png", "data": PNG_DATA})),
         id="an image in base64",
@@ -462,7 +461,6 @@ async def test_openai_refusals_are_400s_in_the_apis_format_and_consume_no_reply(
 
 GPT_ACCEPTED = [
     pytest.param(GPT_OK, id="plain"),
-    pytest.param(edited(GPT_OK, messages=gpt_image({"url": PHOTO, "detail": "auto"})), id="an image by address"),
     pytest.param(
         edited(GPT_OK, messages=gpt_image({"url": f"data:image/png;base64,{PNG_DATA}", "detail": "low"})),
         id="an image as a data URL, low detail",

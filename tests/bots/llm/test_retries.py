@@ -125,13 +125,15 @@ async def test_a_503_without_retry_after_backs_off_briefly_then_answers(
 async def test_a_backoff_that_does_not_fit_in_the_time_left_is_not_taken(
     llm_server: FakeLLMServer, make_provider: MakeProvider, api: str
 ) -> None:
-    llm_server.script(error(503, "busy"))  # no retry-after: the back-off would be 0.5 s, plus another attempt
+    # A back-off far longer than the time left, so that waiting it out could not pass for a slow machine.
+    llm_server.script(error(503, "busy", headers={"retry-after-ms": "20000"}))
     started = time.monotonic()
 
-    with pytest.raises(LLMUnavailable):
-        await make_provider(api, max_retries=2).decide(ask(time_left_s=0.8))
+    with pytest.raises(LLMUnavailable) as caught:
+        await make_provider(api, max_retries=2).decide(ask(time_left_s=10.0))
 
-    assert time.monotonic() - started < 0.3
+    assert time.monotonic() - started < 10.0
+    assert caught.value.retry_after == 20.0
     assert len(llm_server.requests) == 1
 
 

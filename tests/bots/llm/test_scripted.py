@@ -150,8 +150,8 @@ class Room:
         actions = ("pass", *offered)
         shown = status([self.persona.id] if to_it else [])
         return DecisionRequest(
-            system=persona_prompt(self.persona) + "\n\n" + rules_prompt(self.persona, actions, lengths, ""),
-            turns=(transcript_turn(self.persona, self.window, shown),),
+            system=persona_prompt(self.persona) + "\n\n" + rules_prompt(self.persona, lengths, ""),
+            turns=(transcript_turn(self.persona, self.window, shown, moves=actions, max_lengths=lengths),),
             actions=actions,  # type: ignore[arg-type]
             max_lengths=lengths,
             scene=scene_of(self.persona, self.window, shown),
@@ -625,7 +625,9 @@ async def test_a_call_within_the_time_left_answers_and_none_left_is_a_timeout() 
 async def test_the_base_class_decide_works_through_the_scripted_decide_tool() -> None:
     # ChatProvider.decide forces a "decide" tool call through complete(); the scripted provider answers it too.
     provider = scripted()
-    request = DecisionRequest(system=SYSTEM, turns=(Turn("user", "hi"),), actions=("aizuchi",))
+    # The tool offers every action; the prompt's last line (the scene's moves) says which this claim allows.
+    shown = dataclasses.replace(scene("Kai: nice."), moves=("pass", "aizuchi"))
+    request = DecisionRequest(system=SYSTEM, turns=(Turn("user", "hi"),), actions=("aizuchi",), scene=shown)
 
     actions = {(await ChatProvider.decide(provider, request)).decision.action for _ in range(30)}
 

@@ -125,10 +125,10 @@ class Room:
             else tuple(t for t in Tier if Tier.AIZUCHI.rank < t.rank <= tier.rank)
         )
         lengths = {str(t): DEFAULT_LENGTHS[t] for t in offered}
-        actions = ("pass", *lengths) if allow_pass else tuple(lengths)
+        moves = ("pass", *lengths) if allow_pass else tuple(lengths)
         request = DecisionRequest(
-            system=persona_prompt(persona) + "\n\n" + rules_prompt(persona, actions, lengths, ""),
-            turns=(transcript_turn(persona, self.window, status),),
+            system=persona_prompt(persona) + "\n\n" + rules_prompt(persona, lengths, ""),
+            turns=(transcript_turn(persona, self.window, status, moves=moves, max_lengths=lengths),),
             actions=tuple(lengths),  # type: ignore[arg-type]
             max_lengths=lengths,
             allow_pass=allow_pass,

@@ -337,7 +337,7 @@ def _spoken(seq: int) -> wire.SpeakResult:
 
 def test_a_granted_speech_is_posted_and_linked() -> None:
     state, actions = run(_speaking(), ev.SpeakAnswered(_spoken(2), said_before=0, seen=0))
-    assert actions == [act.Post(Tier.REMARK, "Ramen.", 2)]
+    assert actions == [act.Post(Tier.REMARK, "Ramen.", 2, seen=0)]
     assert state.held is None and state.turn is not None and state.turn.spoke
 
     state, actions = run(state, ev.Posted(Tier.REMARK, 2, "p-2"))
@@ -354,6 +354,25 @@ def test_a_speech_granted_after_a_person_spoke_unheard_is_retracted() -> None:
     # The account saw a person say something (platform id 9) the arbiter had not recorded before the speech.
     state, actions = run(_speaking(), ev.SpeakAnswered(_spoken(2), said_before=5, seen=9))
     assert kinds(actions) == ["Count", "Log", "Retract"] and state.woken
+
+
+def test_a_person_seen_between_the_grant_and_the_post_has_the_post_retracted() -> None:
+    # Granted with nothing new seen; then, before the post went out, the account saw a person say platform id 9,
+    # which the arbiter had not recorded before the speech: posted, it would stand between a question and its answer.
+    state, actions = run(_speaking(), ev.SpeakAnswered(_spoken(2), said_before=5, seen=5))
+    post = act.Post(Tier.REMARK, "Ramen.", 2, seen=5)
+    assert actions == [post]
+    state, actions = run(state, ev.SawBeforePosting(post, seen=9))
+    assert kinds(actions) == ["Count", "Log", "Retract"] and state.woken
+    assert act.Retract(2) in actions
+
+
+def test_a_person_seen_before_the_post_but_recorded_before_it_lets_it_go_out() -> None:
+    state, actions = run(_speaking(), ev.SpeakAnswered(_spoken(2), said_before=5, seen=5))
+    recorded = said(1).model_copy(update={"platform_message_id": "9"})
+    state = state._replace(window=(recorded,))
+    state, actions = run(state, ev.SawBeforePosting(act.Post(Tier.REMARK, "Ramen.", 2, seen=5), seen=9))
+    assert actions == [act.Post(Tier.REMARK, "Ramen.", 2, seen=9)]  # checked again as it goes, against the newest
 
 
 def test_a_failed_post_is_retracted_and_the_arbiter_told_why() -> None:

@@ -45,6 +45,7 @@ from .model import (
 from .ratelimits import DISCORD_GLOBAL_LIMIT, DISCORD_RATE_LIMITS
 from .records import FailureRule, InteractionNotAnswered, InteractionResult, RecordedRequest
 from .server import FakeDiscord
+from .webhooks import MAX_CHANNEL_WEBHOOKS, FakeWebhook, WebhookAuthor
 
 __all__ = (
     "DEFAULT_BOT_PERMISSIONS",
@@ -52,6 +53,7 @@ __all__ = (
     "DISCORD_GLOBAL_LIMIT",
     "DISCORD_RATE_LIMITS",
     "FAST_READY",
+    "MAX_CHANNEL_WEBHOOKS",
     "Breakage",
     "FailureRule",
     "FakeBot",
@@ -62,6 +64,7 @@ __all__ = (
     "FakeMessage",
     "FakeRole",
     "FakeUser",
+    "FakeWebhook",
     "GatewayOp",
     "Intent",
     "InteractionNotAnswered",
@@ -72,5 +75,6 @@ __all__ = (
     "Perm",
     "RecordedRequest",
     "RecordingClient",
+    "WebhookAuthor",
     "running",
 )

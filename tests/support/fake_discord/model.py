@@ -57,6 +57,7 @@ class Perm:
     MENTION_EVERYONE = 1 << 17
     USE_EXTERNAL_EMOJIS = 1 << 18
     CHANGE_NICKNAME = 1 << 26
+    MANAGE_WEBHOOKS = 1 << 29
     USE_APPLICATION_COMMANDS = 1 << 31
     SEND_MESSAGES_IN_THREADS = 1 << 38
 
@@ -612,7 +613,8 @@ def effective_mentions(
         user = by_id.get(int(match.group(1)))
         if user is not None and user not in mentioned and ("users" in parse or user.id in listed_users):
             mentioned.append(user)
-    if reply_to is not None and not reply_to.deleted:
+    # A webhook is no user: a reply to its message pings nobody.
+    if reply_to is not None and not reply_to.deleted and reply_to.webhook_id is None:
         replied_user = True if allowed is None else bool(allowed.get("replied_user", False))
         if replied_user and reply_to.author not in mentioned:
             mentioned.append(reply_to.author)

@@ -22,6 +22,7 @@ from .commands import validate_registration
 from .emojis import create_app_emoji, delete_app_emoji, list_app_emojis, usable_emoji
 from .model import ALL_PARSE, FakeBot, FakeChannel, FakeMessage, Perm, permissions_in, role_permissions
 from .records import ApiError, InteractionResult, PathPattern, RecordedRequest
+from .webhooks import create_webhook, execute, find, list_webhooks
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -62,7 +63,9 @@ class Route:
     method: str
     template: str
     handler: Callable[[Call], Awaitable[tuple[int, Any]]]
-    auth: str  # "bot": Authorization: Bot <token>; "interaction": the interaction token in the path
+    # "bot": Authorization: Bot <token>; "interaction": the interaction token in the path; "webhook": a channel
+    # webhook's id and token in the path (no authorization), or an interaction's application id and token.
+    auth: str
 
 
 async def handle(fake: FakeDiscord, request: web.Request) -> web.StreamResponse:
@@ -136,7 +139,7 @@ def _compiled() -> list[tuple[Route, PathPattern]]:
 
 
 def _caller(fake: FakeDiscord, request: web.Request, route: Route | None, params: dict[str, str]) -> FakeBot | None:
-    if route is not None and route.auth == "interaction":
+    if route is not None and route.auth in ("interaction", "webhook"):
         for result in fake.interactions.values():
             if result.token == params.get("token"):
                 return result.bot
@@ -247,6 +250,16 @@ def _attachments(call: Call) -> list[dict[str, Any]]:
         }
         for name in call.record.files
     ]
+
+
+# What the channel webhooks (``webhooks.py``) share with the other routes.
+channel_of, require, check_content, checked_mentions, attachments_of = (
+    _channel,
+    _require,
+    _check_content,
+    _allowed_mentions,
+    _attachments,
+)
 
 
 def _emoji(raw: str) -> str:
@@ -674,6 +687,15 @@ async def create_followup(call: Call) -> tuple[int, Any]:
     return 200, message.payload(viewer=result.bot)
 
 
+async def execute_webhook(call: Call) -> tuple[int, Any]:
+    """``POST /webhooks/{id}/{token}``: a channel webhook's id and token execute it; an interaction's application id
+    and token send a followup (discord.py sends both to the same route)."""
+    hook = find(call)
+    if hook is not None:
+        return await execute(call, hook)
+    return await create_followup(call)
+
+
 def _webhook_message(call: Call) -> tuple[InteractionResult, FakeMessage]:
     result = call.fake._interaction_by_token(call.params["application_id"], call.params["token"])
     wanted = call.params["message_id"]
@@ -742,7 +764,9 @@ ROUTES: list[Route] = [
     Route("GET", "/applications/{application_id}/guilds/{guild_id}/commands", get_commands, "bot"),
     Route("PUT", "/applications/{application_id}/guilds/{guild_id}/commands", put_commands, "bot"),
     Route("POST", "/interactions/{interaction_id}/{token}/callback", interaction_callback, "interaction"),
-    Route("POST", "/webhooks/{application_id}/{token}", create_followup, "interaction"),
+    Route("GET", "/channels/{channel_id}/webhooks", list_webhooks, "bot"),
+    Route("POST", "/channels/{channel_id}/webhooks", create_webhook, "bot"),
+    Route("POST", "/webhooks/{application_id}/{token}", execute_webhook, "webhook"),
     Route("GET", "/webhooks/{application_id}/{token}/messages/{message_id}", get_webhook_message, "interaction"),
     Route("PATCH", "/webhooks/{application_id}/{token}/messages/{message_id}", edit_webhook_message, "interaction"),
     Route("DELETE", "/webhooks/{application_id}/{token}/messages/{message_id}", delete_webhook_message, "interaction"),

@@ -20,6 +20,7 @@ import yarl
 from aiohttp import WSMsgType, web
 
 from tests.support.eventually import PATIENCE_S, eventually
+from tests.support.pictures import picture
 
 from . import rest
 from .commands import InvalidInvocation, build_options
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from .emojis import AppEmoji
+    from .webhooks import FakeWebhook
 
 __all__ = ("FakeDiscord", "InvalidInvocation")
 
@@ -123,11 +125,13 @@ class FakeDiscord:
         self.interaction_timeout = interaction_timeout
 
         self.guilds: dict[int, FakeGuild] = {}
+        self.cdn: dict[str, tuple[str, bytes, float]] = {}  # attachment id -> its type, bytes and expiry
         self.users: dict[int, FakeUser] = {}
         self.bots: dict[str, FakeBot] = {}  # by token
         # Registered application commands: (application id, guild id or None for global) -> payloads.
         self.commands: dict[tuple[int, int | None], list[dict[str, Any]]] = {}
         self.app_emojis: dict[int, list[AppEmoji]] = {}  # by application id, oldest first
+        self.webhooks: dict[int, FakeWebhook] = {}  # channel webhooks, by id
         self.requests: list[RecordedRequest] = []
         self.gateway_log: list[GatewayOp] = []
         self.sessions: list[Session] = []
@@ -179,6 +183,8 @@ class FakeDiscord:
         app.router.add_get("/gateway", self._gateway)
         app.router.add_get("/resume", self._gateway)
         app.router.add_route("*", "/api/{version:v\\d+}/{tail:.*}", self._rest)
+        app.router.add_get("/attachments/{attachment_id}/{filename}", self._attachment)
+        app.router.add_get("/media/attachments/{attachment_id}/{filename}", self._attachment)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -441,28 +447,48 @@ class FakeDiscord:
         filename: str,
         *,
         content_type: str = "image/png",
-        size: int = 48_213,
+        size: int | None = None,
         width: int = 800,
         height: int = 600,
         expires_in_s: float = 86_400.0,
+        data: bytes | None = None,
     ) -> dict[str, Any]:
         """An uploaded image as Discord describes it in a message: its CDN address signed as Discord signs it
         (``ex``: when it expires and ``is``: when it was issued, hexadecimal Unix seconds; ``hm``: the signature),
-        by default for a day from now on the fake's clock."""
+        by default for a day from now on the fake's clock. The CDN serves ``data`` there (by default a file of
+        ``content_type`` and the dimensions) until it expires or ``delete_attachment``; ``size`` defaults to its
+        length."""
         attachment_id = self.snowflake()
         issued = int(self.clock())
-        query = f"ex={int(issued + expires_in_s):x}&is={issued:x}&hm={attachment_id:x}"
+        expires = int(issued + expires_in_s)
+        query = f"ex={expires:x}&is={issued:x}&hm={attachment_id:x}"
         url = f"{self.base_url}/attachments/{attachment_id}/{filename}?{query}"
+        if data is None:
+            data = picture(content_type, width, height)
+        self.cdn[str(attachment_id)] = (content_type, data, float(expires))
         return {
             "id": str(attachment_id),
             "filename": filename,
             "content_type": content_type,
-            "size": size,
+            "size": len(data) if size is None else size,
             "url": url,
             "proxy_url": url.replace("/attachments/", "/media/attachments/", 1),
             "width": width,
             "height": height,
         }
+
+    def delete_attachment(self, attachment: Mapping[str, Any]) -> None:
+        """The attachment is gone from the CDN (its message deleted): its address answers 404 from now on."""
+        self.cdn.pop(str(attachment["id"]), None)
+
+    async def _attachment(self, request: web.Request) -> web.StreamResponse:
+        """Discord's CDN: an attachment's bytes, while its signed address holds (404 once it expired, as Discord
+        answers, or once the attachment is gone)."""
+        held = self.cdn.get(request.match_info["attachment_id"])
+        if held is None or self.clock() >= held[2]:
+            return web.Response(status=404, text="This content is no longer available.")
+        content_type, data, _expires = held
+        return web.Response(body=data, content_type=content_type)
 
     async def edit(self, message: FakeMessage, content: str, *, announce: bool = True) -> FakeMessage:
         """Edit a message (anyone's: the test is the world) -> MESSAGE_UPDATE to the bots (none with ``announce``
