@@ -91,6 +91,7 @@ __all__ = (
     "RefusalReason",
     "ReleaseRequest",
     "ReleaseResult",
+    "ReplyEvent",
     "RetractResult",
     "RetractedEvent",
     "Seq",
@@ -105,6 +106,7 @@ __all__ = (
     "StatusAsk",
     "StatusEvent",
     "StatusView",
+    "StreamCall",
     "StreamCommand",
     "StreamFrame",
     "Subscribe",
@@ -910,6 +912,23 @@ class StatusAsk(_In):
     )
 
 
+class StreamCall(_In):
+    """A persona's request sent on the multiplexed stream rather than over HTTP: the endpoint's method and path
+    (under /v1, as the HTTP API has them) and its JSON body as text, carried out as that request would be for the
+    persona the call names (one the stream acts for) and answered by a ``ReplyEvent`` with the same ``id``. One
+    HTTP round trip fewer per claim, speech and release for a process that holds the stream anyway."""
+
+    id: Annotated[StrictInt, Field(ge=0, le=MAX_SEQ)]
+    persona: Id | None = Field(
+        None, description="as whom: a persona the stream acts for (by default, the one whose token opened it)"
+    )
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
+    path: Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+    body: Annotated[str, StringConstraints(max_length=64 * 1024)] | None = Field(
+        None, description="the request's JSON body, as text (none: the endpoint's empty body)"
+    )
+
+
 class StreamCommand(_In):
     """A client's frame on the multiplexed stream: channels to follow (subscribing to one already followed
     starts it again from the new point) and channels to stop following; personas the stream acts for; statuses to
@@ -927,6 +946,11 @@ class StreamCommand(_In):
         default_factory=list,
         max_length=5_000,
         description="statuses to send now, each as a status frame (a persona asks as it is about to look at its turn)",
+    )
+    calls: list[StreamCall] = Field(
+        default_factory=list,
+        max_length=5_000,
+        description="requests of the personas the stream acts for, each answered by a reply frame",
     )
     skip: list[EventType] | None = Field(
         None,
@@ -958,7 +982,18 @@ class EndedEvent(_Out):
     detail: str
 
 
-StreamFrame: TypeAlias = Annotated[_ChannelEvent | StatusEvent | EndedEvent, Field(discriminator="type")]
+class ReplyEvent(_Out):
+    """The answer to a ``StreamCall``: the status and the JSON body the HTTP request would have been answered
+    with (an error's body for a refusal; empty for 204). It names the call's channel, when its path has one."""
+
+    type: Literal["reply"] = "reply"
+    channel_id: str | None = None
+    id: int
+    status: int
+    body: str = ""
+
+
+StreamFrame: TypeAlias = Annotated[_ChannelEvent | StatusEvent | EndedEvent | ReplyEvent, Field(discriminator="type")]
 """Any frame the multiplexed stream sends: a channel's event, or one of the stream's own."""
 
 _STREAM_FRAME: TypeAdapter[StreamFrame] = TypeAdapter(StreamFrame)

@@ -11,7 +11,9 @@ import asyncio
 import contextlib
 import logging
 import random
-from typing import TYPE_CHECKING, Any, TypeVar
+import re
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from urllib.parse import urlencode
 
 import aiohttp
 from pydantic import BaseModel, ValidationError
@@ -21,9 +23,9 @@ from bots.affinity import Affinity, parse_arbiter_urls
 from bots.errors import ArbiterRejected, ArbiterUnavailable
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Sequence
+    from collections.abc import AsyncIterator, Callable, Sequence
 
-__all__ = ("ArbiterClient", "MultiplexedStream")
+__all__ = ("ArbiterClient", "CallCarrier", "MultiplexedStream")
 
 _log = logging.getLogger(__name__)
 
@@ -34,6 +36,22 @@ CONNECT_TIMEOUT_S = 3.0
 
 # A request that fails with one of these was never sent (no connection was made): it may go to another process.
 _CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+
+
+class CallCarrier(Protocol):
+    """What carries a persona's channel calls instead of HTTP (the process's multiplexed stream:
+    ``bots.follower.StreamFollower``)."""
+
+    def carries(self, token: str, base: str) -> bool:
+        """Whether a call of the persona whose token this is, to the arbiter process at ``base``, can go on it."""
+        ...
+
+    async def call(
+        self, persona_id: str, method: str, path: str, body: str | None, *, within: float
+    ) -> tuple[int, str] | None:
+        """The answer's status and body; None when the call was not sent (send it over HTTP then). Raises
+        ArbiterUnavailable when it was sent and no answer came (as an HTTP request that timed out)."""
+        ...
 
 
 class ArbiterClient:
@@ -57,11 +75,23 @@ class ArbiterClient:
         own = random.randrange(len(urls)) if own_process is None and urls else (own_process or 0)
         self._affinity = Affinity(urls, own=own)
         self._session = session
+        self._token = token
         self._headers = {"Authorization": f"Bearer {token}"}
         # A connection that is not made within a few seconds fails as a connect timeout, which moves on to the next
         # arbiter process: a host cut off without a word (a partition drops the SYN, nothing refuses it) would
         # otherwise hold every call for the whole timeout and then fail it, never trying the others.
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(timeout_s, CONNECT_TIMEOUT_S))
+        self._carrier: CallCarrier | None = None
+        self._persona: str | None = None
+
+    @property
+    def token(self) -> str:
+        return self._token
+
+    def carry_calls_on(self, carrier: CallCarrier, persona_id: str) -> None:
+        """Send the persona's (``persona_id``: whose token this client holds) channel calls on ``carrier`` while it
+        can carry them; over HTTP otherwise. One frame each way instead of a request and its answer."""
+        self._carrier, self._persona = carrier, persona_id
 
     @property
     def urls(self) -> tuple[str, ...]:
@@ -83,6 +113,13 @@ class ArbiterClient:
         next when one cannot be connected to. Only a refused or timed-out connection moves on: the request was
         not sent, so sending it elsewhere cannot do it twice."""
         data = None if body is None else body.model_dump_json(exclude_none=True)
+        carried = None
+        if channel_id is not None and self._carrier is not None:
+            carried = await self._carried(method, channel_id, path, data, params)
+        if carried is not None:
+            status, text = carried
+            url = f"{path} (on the stream)"
+            return _answer(method, url, status, text, model)
         headers = self._headers if data is None else {**self._headers, "Content-Type": "application/json"}
         unreachable: list[str] = []
         for base in self._affinity.order(channel_id):
@@ -105,16 +142,20 @@ class ArbiterClient:
             break
         else:
             raise ArbiterUnavailable("; ".join(unreachable))
-        if status >= 500:
-            raise ArbiterUnavailable(f"{method} {url}: HTTP {status}{_reason(raw)}")
-        if status >= 400:
-            raise _rejected(status, raw)
-        if model is None or status == 204:
+        return _answer(method, url, status, raw, model)
+
+    async def _carried(
+        self, method: str, channel_id: str, path: str, data: str | None, params: dict[str, Any]
+    ) -> tuple[int, str] | None:
+        """The call sent on the carrier, if it carries calls to the channel's arbiter process now; None if not."""
+        assert self._carrier is not None and self._persona is not None
+        home = self._affinity.order(channel_id)[0]
+        if not self._carrier.carries(self._token, home):
             return None
-        try:
-            return model.model_validate_json(raw, context=wire.FROM_THE_ARBITER)
-        except ValidationError as error:
-            raise ArbiterUnavailable(f"{method} {url}: unexpected answer: {error}") from error
+        if params:
+            path = f"{path}?{urlencode(params)}"
+        assert self._timeout.total is not None
+        return await self._carrier.call(self._persona, method, path, data, within=self._timeout.total)
 
     async def _expect(
         self,
@@ -137,7 +178,7 @@ class ArbiterClient:
 
     async def _connect(
         self, channel_id: str | None, path: str, what: str, **options: Any
-    ) -> aiohttp.ClientWebSocketResponse:
+    ) -> tuple[aiohttp.ClientWebSocketResponse, str]:
         """A WebSocket to the channel's arbiter process (or this client's own, for None); to the next when one
         cannot be connected to, as for a call."""
         unreachable: list[str] = []
@@ -162,7 +203,7 @@ class ArbiterClient:
             if unreachable:
                 self._affinity.reachable(base)
                 _log.info("%s; connected to %s instead", unreachable[-1], base)
-            return socket
+            return socket, base
         raise ArbiterUnavailable("; ".join(unreachable))
 
     # --- the persona's calls ---------------------------------------------------------------------------
@@ -220,7 +261,7 @@ class ArbiterClient:
         the last seq it saw, so nothing is missed. A frame of a kind this version does not know is skipped."""
         params = {} if after is None else {"after": str(after)}
         what = f"event stream of {channel_id}"
-        socket = await self._connect(channel_id, self._path(channel_id, "/events"), what, params=params)
+        socket, _ = await self._connect(channel_id, self._path(channel_id, "/events"), what, params=params)
         try:
             async with socket:
                 while True:
@@ -252,10 +293,10 @@ class ArbiterClient:
         personas whose tokens a command adds) follows, on which each asks for its status. Send commands on it,
         then iterate its frames. With several arbiter processes it goes to this client's own (any process streams
         any channel: events cross between them through the database)."""
-        socket = await self._connect(None, "/v1/events", "multiplexed stream", max_msg_size=0)
+        socket, base = await self._connect(None, "/v1/events", "multiplexed stream", max_msg_size=0)
         async with socket:
             try:
-                yield MultiplexedStream(socket)
+                yield MultiplexedStream(socket, base)
             except (aiohttp.ClientError, ConnectionResetError) as error:
                 raise ArbiterUnavailable(f"multiplexed stream: {type(error).__name__}: {error}") from error
 
@@ -269,8 +310,10 @@ class MultiplexedStream:
     """An open multiplexed event stream (``ArbiterClient.stream``): send commands (channels to follow, statuses to
     send), iterate the frames."""
 
-    def __init__(self, socket: aiohttp.ClientWebSocketResponse) -> None:
+    def __init__(self, socket: aiohttp.ClientWebSocketResponse, base: str) -> None:
         self._socket = socket
+        self.base = base  # the arbiter process it is connected to
+        self.skipped = 0  # channels' events dropped unparsed (``frames``)
 
     async def subscribe(self, subscriptions: Sequence[wire.Subscribe]) -> None:
         await self.command(wire.StreamCommand(subscribe=list(subscriptions)))
@@ -284,13 +327,20 @@ class MultiplexedStream:
         except (aiohttp.ClientError, ConnectionResetError) as error:
             raise ArbiterUnavailable(f"multiplexed stream: {type(error).__name__}: {error}") from error
 
-    async def __aiter__(self) -> AsyncIterator[wire.StreamFrame]:
+    def __aiter__(self) -> AsyncIterator[wire.StreamFrame]:
+        return self.frames()
+
+    async def frames(self, follows: Callable[[str], bool] | None = None) -> AsyncIterator[wire.StreamFrame]:
         """Every frame, as its model, until the connection ends (a frame of a kind this version does not know, or
         a malformed one, is skipped as on a channel's stream). Raises ArbiterRejected when the arbiter closes it
-        refusing a command."""
+        refusing a command. ``follows``: whether a channel's events are wanted; the events of one that is not (left
+        a moment ago, its unsubscribing not yet arrived) are dropped unparsed (``skipped`` counts them)."""
         while True:
             frame = await self._socket.receive()
             if frame.type is aiohttp.WSMsgType.TEXT:
+                if follows is not None and not _wanted(frame.data, follows):
+                    self.skipped += 1
+                    continue
                 event = _frame(frame.data)
                 if event is not None:
                     yield event
@@ -302,6 +352,20 @@ class MultiplexedStream:
                 return
             elif frame.type in (aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
                 return
+
+
+# How the arbiter writes a channel's event (its wire model's first two fields, as pydantic dumps them): enough to
+# tell whose frame it is without parsing the rest. A frame written otherwise is parsed whole.
+_HEAD = re.compile(r'\{"type":"([a-z_]+)","channel_id":"([^"\\]*)"')
+# The stream's own frames: answers to what was asked, wanted whatever the channel.
+_ANSWERS = frozenset({"status", "ended", "reply"})
+
+
+def _wanted(raw: str, follows: Callable[[str], bool]) -> bool:
+    """Whether a frame is worth parsing: not a channel's event for a channel not followed. Parsing every frame
+    with pydantic was the largest cost of a frame to a process whose personas do not follow its channel."""
+    head = _HEAD.match(raw)
+    return head is None or head.group(1) in _ANSWERS or follows(head.group(2))
 
 
 def _frame(raw: str) -> wire.StreamFrame | None:
@@ -329,7 +393,7 @@ def _event(channel_id: str, raw: str) -> wire.ArbiterEvent | None:
         return None
 
 
-def _reason(raw: bytes) -> str:
+def _reason(raw: bytes | str) -> str:
     """What an error's body says (its code and message), to follow its status: a 503 that names the database
     tells the owner where to look."""
     try:
@@ -339,9 +403,24 @@ def _reason(raw: bytes) -> str:
     return f" {error.code}: {error.message}"
 
 
-def _rejected(status: int, raw: bytes) -> ArbiterRejected:
+def _answer(method: str, url: str, status: int, raw: bytes | str, model: type[M] | None) -> M | None:
+    """An answer (over HTTP or on the stream) as its model; the error it says, raised."""
+    if status >= 500:
+        raise ArbiterUnavailable(f"{method} {url}: HTTP {status}{_reason(raw)}")
+    if status >= 400:
+        raise _rejected(status, raw)
+    if model is None or status == 204:
+        return None
+    try:
+        return model.model_validate_json(raw, context=wire.FROM_THE_ARBITER)
+    except ValidationError as error:
+        raise ArbiterUnavailable(f"{method} {url}: unexpected answer: {error}") from error
+
+
+def _rejected(status: int, raw: bytes | str) -> ArbiterRejected:
     try:
         error = wire.ErrorBody.model_validate_json(raw).error
     except ValidationError:
-        return ArbiterRejected(status, "http_error", raw[:200].decode(errors="replace"))
+        text = raw if isinstance(raw, str) else raw.decode(errors="replace")
+        return ArbiterRejected(status, "http_error", text[:200])
     return ArbiterRejected(status, error.code, error.message, error.field)

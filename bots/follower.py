@@ -6,7 +6,9 @@ of a channel comes once for all of them. Each listener (a ``ChannelWorker``: one
 its channel's stream should start (``subscription``: the recent history when it arrives, after the last seq it saw
 when it resumes); a channel is subscribed once, from where the listener furthest behind needs it, and every listener
 of the channel gets every frame (those it has seen already, it skips by seq). A status is asked on the stream and
-answered on it: computed by the arbiter when asked, so it has every change committed before (``status``).
+answered on it: computed by the arbiter when asked, so it has every change committed before (``status``). And it
+carries the personas' channel calls (a claim, a speech, a release: ``call``), each a frame each way instead of an
+HTTP request, while it is open to the channel's arbiter process.
 
 The follower reconnects when the connection drops, subscribing every channel again from where its listeners are; a
 channel that fell behind is subscribed again alone, from where it is. If the arbiter refuses the stream (a token it
@@ -16,6 +18,7 @@ does not know), every listener is told and the follower stops: reconnecting woul
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from typing import TYPE_CHECKING, Protocol
 
@@ -74,6 +77,11 @@ class StreamFollower:
         self._to_leave: set[str] = set()
         self._asked: dict[tuple[str, str], asyncio.Future[wire.StatusView | None]] = {}  # (channel, persona)
         self._to_ask: set[tuple[str, str]] = set()
+        self._calls: dict[int, asyncio.Future[tuple[int, str] | None]] = {}  # by id, sent or about to be
+        self._to_call: list[wire.StreamCall] = []
+        self._call_ids = itertools.count(1)
+        self._base: str | None = None  # the arbiter process the open stream is connected to
+        self._closing = False
         self._changed = asyncio.Event()
         self._open = False  # connected, and the stream acts for every persona
         self._task: asyncio.Task[None] | None = None
@@ -125,7 +133,42 @@ class StreamFollower:
         except TimeoutError:
             return None
 
+    def carries(self, token: str, base: str) -> bool:
+        """Whether a call of the persona whose token this is can go on the stream now: it is open, to ``base`` (the
+        channel's arbiter process), and acts for that persona."""
+        if not self._open or self._closing or self._base != base:
+            return False
+        return token == self._arbiter.token or token in self._tokens
+
+    async def call(
+        self, persona_id: str, method: str, path: str, body: str | None, *, within: float
+    ) -> tuple[int, str] | None:
+        """A request of the persona's sent on the stream (``ArbiterClient.carry_calls_on``): the answer's status and
+        body. None when the connection closed before the call went out: nothing was sent, so HTTP may send it.
+        ArbiterUnavailable when it went out and no answer came ``within`` seconds or before the connection closed:
+        it may have been carried out, as an HTTP request that timed out may have been."""
+        if not self._open or self._closing:
+            return None
+        number = next(self._call_ids)
+        answer: asyncio.Future[tuple[int, str] | None] = asyncio.get_running_loop().create_future()
+        self._calls[number] = answer
+        self._to_call.append(wire.StreamCall(id=number, persona=persona_id, method=method, path=path, body=body))
+        self._changed.set()
+        try:
+            async with asyncio.timeout(within):
+                return await answer
+        except TimeoutError:
+            raise ArbiterUnavailable(f"{method} {path} on the stream: no answer within {within:g}s") from None
+        finally:
+            self._calls.pop(number, None)
+
     async def close(self) -> None:
+        """Stop following. Calls under way are seen through first (as an HTTP request under way would be): a
+        claim's answer, a release's, still comes; calls from now on go over HTTP."""
+        self._closing = True
+        under_way = [answer for answer in self._calls.values() if not answer.done()]
+        if under_way:
+            await asyncio.wait(under_way)  # each ends by its answer, its time limit, or the connection's end
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -143,7 +186,7 @@ class StreamFollower:
                     self._changed.set()
                     commands = asyncio.create_task(self._send_commands(stream))
                     try:
-                        async for frame in stream:
+                        async for frame in stream.frames(self._listeners.__contains__):
                             delay = self._reconnect_s
                             self._dispatch(frame)
                     finally:
@@ -168,18 +211,28 @@ class StreamFollower:
             delay = min(delay * 2, 30.0)
 
     def _closed_connection(self) -> None:
-        """Asks still waiting will get no answer on this connection: their askers read over HTTP."""
-        self._open = False
+        """Asks still waiting will get no answer on this connection: their askers read over HTTP. So do calls not
+        sent yet; calls sent are in doubt."""
+        self._open, self._base = False, None
         asked, self._asked, self._to_ask = self._asked, {}, set()
         for answer in asked.values():
             if not answer.done():
                 answer.set_result(None)
+        unsent = {call.id for call in self._to_call}
+        calls, self._calls, self._to_call = self._calls, {}, []
+        for number, waiting in calls.items():
+            if waiting.done():
+                continue
+            if number in unsent:
+                waiting.set_result(None)
+            else:
+                waiting.set_exception(ArbiterUnavailable("the stream closed before the call's answer came"))
 
     async def _send_commands(self, stream: MultiplexedStream) -> None:
         self._new_tokens = []
         if self._tokens or self._skip:
             await stream.command(wire.StreamCommand(tokens=self._tokens, skip=self._skip or None))
-        self._open = True
+        self._open, self._base = True, stream.base
         while True:
             await self._changed.wait()
             self._changed.clear()
@@ -194,10 +247,11 @@ class StreamFollower:
             for first in range(0, len(subscriptions), _BATCH):
                 await stream.command(wire.StreamCommand(subscribe=subscriptions[first : first + _BATCH]))
             asks, self._to_ask = sorted(self._to_ask), set()
-            if asks:
+            calls, self._to_call = self._to_call, []
+            if asks or calls:
                 status = [wire.StatusAsk(channel=channel, persona=persona) for channel, persona in asks]
-                await stream.command(wire.StreamCommand(status=status))
-            del tokens, subscriptions, starting, leaving, asks  # not kept while waiting for the next change
+                await stream.command(wire.StreamCommand(status=status, calls=calls))
+            del tokens, subscriptions, starting, leaving, asks, calls  # not kept while waiting for the next change
 
     def _start(self, channel_id: str) -> wire.Subscribe:
         """Where the channel starts for all its listeners: after the earliest seq one resumes from, and with the
@@ -215,6 +269,11 @@ class StreamFollower:
         )
 
     def _dispatch(self, frame: wire.StreamFrame) -> None:
+        if isinstance(frame, wire.ReplyEvent):
+            waiting = self._calls.pop(frame.id, None)
+            if waiting is not None and not waiting.done():
+                waiting.set_result((frame.status, frame.body))
+            return
         if isinstance(frame, wire.StatusEvent):
             answer = self._asked.pop((frame.channel_id, frame.persona), None)
             if answer is not None and not answer.done():

@@ -142,6 +142,7 @@ class PersonaRuntime:
         # personas of the process when they run together.
         self._owns_follower = follower is None
         self.follower = follower or personas_stream(arbiter, name=f"persona={persona.id}", config=config, sleep=sleep)
+        arbiter.carry_calls_on(self.follower, persona.id)  # claims and speeches on the stream while it is open
         self._workers: dict[str, ChannelWorker] = {}
         self._seats: dict[PauseRule, Seat] = {}
         self.closed = False  # stopped: it takes part nowhere any more

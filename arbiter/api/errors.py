@@ -29,8 +29,10 @@ if TYPE_CHECKING:
 
 __all__ = (
     "RequestsAsReceived",
+    "error_body",
     "error_middleware",
     "error_response",
+    "error_status",
     "quiet_bad_requests",
     "unquoted_bad_requests",
     "validation_error",
@@ -54,11 +56,21 @@ class BadRequest(ArbiterError):
 
 
 def error_response(status: int, code: str, message: str, field: str | None = None) -> web.Response:
-    body = ErrorBody(error=ErrorDetail(code=code, message=message, field=field))
-    response = web.json_response(text=body.model_dump_json(exclude_none=True), status=status)
+    response = web.json_response(text=error_body(code, message, field), status=status)
     if status == 401:
         response.headers["WWW-Authenticate"] = 'Bearer realm="aizuchi"'
     return response
+
+
+def error_status(error: ArbiterError) -> int:
+    """The HTTP status of an error of the arbiter's family."""
+    if isinstance(error, BadRequest):
+        return 400
+    return next((code for family, code in _STATUS if isinstance(error, family)), 500)
+
+
+def error_body(code: str, message: str, field: str | None = None) -> str:
+    return ErrorBody(error=ErrorDetail(code=code, message=message, field=field)).model_dump_json(exclude_none=True)
 
 
 def validation_error(error: ValidationError, prefix: str = "") -> ArbiterError:
@@ -80,10 +92,8 @@ async def error_middleware(
 ) -> web.StreamResponse:
     try:
         return await handler(request)
-    except BadRequest as error:
-        return error_response(400, error.code, error.message, error.field)
     except ArbiterError as error:
-        status = next((code for family, code in _STATUS if isinstance(error, family)), 500)
+        status = error_status(error)
         if status == 503:
             _log.warning("%s %s: %s", request.method, request.path, error.message)
         return error_response(status, error.code, error.message, error.field)

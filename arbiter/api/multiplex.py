@@ -7,13 +7,15 @@ exactly-once join as the per-channel stream) and sends its events, each naming i
 persona whose token opened it and for those whose tokens a command adds (``tokens``): a persona asks for its status
 as it is about to look at its turn (``status``), and gets it as a ``StatusEvent`` computed then, so it plans from
 the channel as it is, not as it was at the last message. A client may do without kinds of events it does not use
-(``skip``: personas plan from their status, not from the level).
+(``skip``: personas plan from their status, not from the level). A persona's requests may come on it too
+(``calls``: a claim, a speech, a release, as their HTTP requests), each answered by a ``ReplyEvent``
+(``arbiter.api.stream_calls``).
 
 Per channel, a feed that falls behind ends alone, with an ``EndedEvent`` naming the seq to subscribe again after:
 the other channels go on. Frames go out through one bounded queue, so a slow client holds its feeds back (and
 their channels, if they are busy, fall behind) instead of growing memory. A malformed command closes the socket
 with code 4400 and the problem in one line; a token in ``tokens`` the arbiter does not know, 4401; a status asked
-for a persona the stream does not act for, 4403.
+(or a call made as one) for a persona the stream does not act for, 4403.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ from pydantic import ValidationError
 
 from arbiter import contract as wire
 from arbiter.api.auth import Unauthorized
+from arbiter.api.errors import error_body
 from arbiter.api.routes import AUTH, SERVICE
 from arbiter.api.stream import HUB
+from arbiter.api.stream_calls import answer_call
 from arbiter.core.errors import NotFound
 from arbiter.feed import ChannelFeed
 
@@ -184,11 +188,13 @@ class _Multiplex:
             if persona is None:
                 return UNKNOWN_TOKEN, f"tokens.{index}: the admin token acts for no persona"
             self._personas.add(persona)
-        for index, ask in enumerate(command.status):
-            persona = ask.persona or self._persona
-            if persona not in self._personas:
-                whose = f"persona {persona}" if persona is not None else "no persona (the admin token opened it)"
-                return NOT_YOURS, f"status.{index}: this stream does not act for {whose}"
+        asked = [("status", [ask.persona for ask in command.status]), ("calls", [c.persona for c in command.calls])]
+        for field, named in asked:
+            for index, as_whom in enumerate(named):
+                persona = as_whom or self._persona
+                if persona not in self._personas:
+                    whose = f"persona {persona}" if persona is not None else "no persona (the admin token opened it)"
+                    return NOT_YOURS, f"{field}.{index}: this stream does not act for {whose}"
         return None
 
     def _apply(self, command: wire.StreamCommand) -> None:
@@ -206,9 +212,26 @@ class _Multiplex:
             self._feeds[channel] = asyncio.create_task(follow, name=f"multiplexed feed of {channel}")
         if command.status:
             asks = [(ask.channel, ask.persona or self._persona) for ask in command.status]
-            answer = asyncio.create_task(self._answer(asks), name="multiplexed statuses")
-            self._answers.add(answer)
-            answer.add_done_callback(self._answers.discard)
+            self._keep(asyncio.create_task(self._answer(asks), name="multiplexed statuses"))
+        for call in command.calls:
+            # Each on its own, as HTTP requests are: one that waits for the writer does not hold the others back.
+            self._keep(asyncio.create_task(self._reply(call, call.persona or self._persona), name="stream call"))
+
+    def _keep(self, answer: asyncio.Task[None]) -> None:
+        self._answers.add(answer)
+        answer.add_done_callback(self._answers.discard)
+
+    async def _reply(self, call: wire.StreamCall, persona: str | None) -> None:
+        assert persona is not None  # checked by _admit
+        try:
+            # Carried out even if the stream closes meanwhile, as an HTTP request is when its client goes away:
+            # only the reply is lost (the client counts a call without one as in doubt).
+            reply = await asyncio.shield(answer_call(self._service, call, persona))
+        except Exception:
+            # What HTTP answers with a 500: the client hears of it rather than waiting for its time limit.
+            _log.exception("%s %s on the stream failed", call.method, call.path)
+            reply = wire.ReplyEvent(id=call.id, status=500, body=error_body("internal", "the arbiter failed"))
+        await self._put(reply.channel_id or "", _ANY, reply.model_dump_json())
 
     def _stop(self, channel: str) -> None:
         task = self._feeds.pop(channel, None)

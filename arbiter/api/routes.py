@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +33,11 @@ __all__ = (
     "Endpoint",
     "HistoryQuery",
     "add_routes",
+    "check_params",
     "check_path",
+    "parse_body",
     "parse_query",
+    "parse_query_params",
 )
 
 SERVICE = web.AppKey("service", ArbiterService)
@@ -60,14 +63,14 @@ class HistoryQuery(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    request: web.Request
+    params: Mapping[str, str]  # the path's parameters, by name
     service: ArbiterService
     persona: str | None
     body: Any
     query: Any
 
     def path(self, name: str) -> str:
-        return self.request.match_info[name]
+        return self.params[name]
 
     @property
     def channel_id(self) -> str:
@@ -105,7 +108,11 @@ PATH_PARAMS = {
 
 
 def check_path(request: web.Request) -> None:
-    for name, value in request.match_info.items():
+    check_params(request.match_info)
+
+
+def check_params(params: Mapping[str, str]) -> None:
+    for name, value in params.items():
         pattern = PATH_PARAMS.get(name)
         if pattern is not None and not pattern.match(value):
             kind = "a positive whole number" if name == "seq" else "1-64 letters, digits, '_', '.' or '-'"
@@ -113,7 +120,10 @@ def check_path(request: web.Request) -> None:
 
 
 async def _parse_body(request: web.Request, model: type[BaseModel]) -> BaseModel:
-    raw = await request.read()
+    return parse_body(await request.read(), model)
+
+
+def parse_body(raw: bytes | str, model: type[BaseModel]) -> BaseModel:
     if not raw.strip():
         raw = b"{}"
     try:
@@ -123,8 +133,12 @@ async def _parse_body(request: web.Request, model: type[BaseModel]) -> BaseModel
 
 
 def parse_query(request: web.Request, model: type[BaseModel]) -> BaseModel:
+    return parse_query_params(dict(request.query), model)
+
+
+def parse_query_params(query: Mapping[str, str], model: type[BaseModel]) -> BaseModel:
     try:
-        return model.model_validate(dict(request.query))
+        return model.model_validate(query)
     except ValidationError as error:
         raise validation_error(error) from None
 
@@ -144,7 +158,7 @@ def _wrap(endpoint: Endpoint) -> Callable[[web.Request], Awaitable[web.StreamRes
             claimed = getattr(body, "persona", None) or request.match_info.get("persona_id")
             persona = auth.persona(principal, claimed)
         query = parse_query(request, endpoint.query) if endpoint.query is not None else None
-        result = await endpoint.handler(Call(request, request.app[SERVICE], persona, body, query))
+        result = await endpoint.handler(Call(request.match_info, request.app[SERVICE], persona, body, query))
         if result is None:
             return web.Response(status=204)
         return web.Response(text=result.model_dump_json(), status=endpoint.status, content_type="application/json")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
+from collections import Counter
 from difflib import SequenceMatcher
 from typing import TYPE_CHECKING
 
@@ -214,13 +215,14 @@ def repeats(text: str, earlier: Iterable[str]) -> bool:
     normal = line_key(text)
     if not normal:
         return True
-    for other in earlier:
-        other_normal = line_key(other)
-        if normal == other_normal:
-            return True
-        if min(len(normal), len(other_normal)) >= 12 and _nearly_same(normal, other_normal):
-            return True
-    return False
+    others = [line_key(other) for other in earlier]
+    # The exact check over every line first: a repeat of the same words is the common one, and it costs a set's
+    # look-up where the fuzzy one costs a comparison of characters.
+    if normal in others:
+        return True
+    if len(normal) < _FUZZY_MIN:
+        return False
+    return any(len(other) >= _FUZZY_MIN and _nearly_same(normal, other) for other in others)
 
 
 def nod_repeats(text: str, *, last_nod: str | None, answering: str | None) -> bool:
@@ -231,13 +233,30 @@ def nod_repeats(text: str, *, last_nod: str | None, answering: str | None) -> bo
     return repeats(text, [line for line in (last_nod, answering) if line is not None])
 
 
+# Lines shorter than this (in line_key characters) repeat only word for word.
+_FUZZY_MIN = 12
+_NEARLY = 0.85
+
+
+@functools.lru_cache(maxsize=8192)
 def _nearly_same(a: str, b: str) -> bool:
     """difflib's ratio above 0.85, its upper bounds tried first: most lines are told apart by their lengths alone
-    (``real_quick_ratio``, reckoned here before a matcher indexes ``b``), most others by their characters."""
-    if 2.0 * min(len(a), len(b)) / (len(a) + len(b)) <= 0.85:
+    (``real_quick_ratio``), most others by the characters they share (``quick_ratio``, reckoned here from each
+    line's counted characters, kept per line); only the few left build a matcher. Cached: a persona's turn
+    compares its line with the same window and the same own lines as its last turn did."""
+    total = len(a) + len(b)
+    if 2.0 * min(len(a), len(b)) / total <= _NEARLY:
         return False
-    matcher = SequenceMatcher(None, a, b)
-    return matcher.quick_ratio() > 0.85 and matcher.ratio() > 0.85
+    shared = sum((_characters(a) & _characters(b)).values())
+    if 2.0 * shared / total <= _NEARLY:
+        return False
+    return SequenceMatcher(None, a, b).ratio() > _NEARLY
+
+
+@functools.lru_cache(maxsize=4096)
+def _characters(key: str) -> Counter[str]:
+    """How often each character occurs in a line's key: what difflib's ``quick_ratio`` counts."""
+    return Counter(key)
 
 
 # Joiners, variation selectors and skin tones that glue emoji sequences together.

@@ -11,10 +11,12 @@ import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from arbiter import contract as wire
+from bots.errors import ArbiterRejected
 from bots.follower import StreamFollower
 from tests.support.eventually import eventually
 
@@ -146,3 +148,66 @@ async def test_each_persona_asks_its_own_status_on_the_one_stream(live: Live) ->
         await follower.close()
     # Once the stream is closed no status comes on it: a persona then reads it over HTTP, without waiting.
     assert await asyncio.wait_for(follower.status("lounge", "aoi", within=5), 0.5) is None
+
+
+async def test_the_events_of_a_channel_not_followed_are_dropped_unparsed(live: Live) -> None:
+    # Both channels are subscribed on the stream, as when a channel was just left and its unsubscribing has not
+    # arrived yet (or another process's personas follow it): the frames of the one not followed are not parsed.
+    for channel in ("kept", "other"):
+        await live.channel(channel)
+    async with live.client("aoi").stream() as stream:
+        await stream.subscribe([wire.Subscribe(channel=channel) for channel in ("kept", "other")])
+        frames: list[wire.StreamFrame] = []
+
+        async def read() -> None:
+            async for frame in stream.frames(lambda channel: channel == "kept"):
+                frames.append(frame)
+                if isinstance(frame, wire.MessageEvent) and frame.message.text == "last":
+                    return
+
+        reading = asyncio.create_task(read())
+        # Each channel's level frame ends its (empty) replay: then both are live.
+        await eventually(lambda: any(isinstance(f, wire.LevelEvent) for f in frames), what="kept is live")
+        await eventually(lambda: stream.skipped >= 1, what="other's level frame dropped")
+        await live.say("other", "not wanted")
+        await live.say("kept", "last")
+        await asyncio.wait_for(reading, 5)
+        # The reader stopped at kept's last message; other's may come after it on the stream: read on for it.
+        reading = asyncio.create_task(read())
+        await eventually(lambda: stream.skipped >= 2, what="other's message dropped too")
+        reading.cancel()
+        assert {frame.channel_id for frame in frames} == {"kept"}
+
+
+async def test_a_personas_calls_go_on_the_stream_while_it_is_open_and_over_http_when_not(live: Live) -> None:
+    await live.channel("lounge")
+    follower = StreamFollower(live.client("aoi"), name="test", tokens=[live.tokens["ben"]], reconnect_s=0.01)
+    ben = live.client("ben")
+    ben.carry_calls_on(follower, "ben")
+    remark = wire.ClaimRequest(tier=wire.Tier.REMARK)
+
+    # Before the stream is open: over HTTP.
+    first = await ben.claim("lounge", remark)
+    assert first.claim is not None
+    await ben.release("lounge", first.claim.claim_id)
+    assert live.log.of("ben") == [("POST", "claims"), ("DELETE", "claims")]
+
+    listener = Listener("lounge")
+    follower.follow("lounge", "ben", listener)
+    await eventually(lambda: listener.arrived, what="ben arrives")
+    try:
+        claimed = await ben.claim("lounge", remark)
+        assert claimed.granted and claimed.claim is not None and claimed.claim.persona == "ben"
+        spoken = await ben.speak("lounge", claimed.claim.claim_id, wire.SpeakRequest(text="Said on the stream."))
+        # A refusal is raised as the HTTP answer's would be: the claim is spent.
+        with pytest.raises(ArbiterRejected) as again:
+            await ben.speak("lounge", claimed.claim.claim_id, wire.SpeakRequest(text="Again."))
+        assert live.log.of("ben") == [("POST", "claims"), ("DELETE", "claims")]  # nothing more over HTTP
+    finally:
+        await follower.close()
+    [message] = await live.history("lounge")
+    assert (message.seq, message.author_id, message.text) == (spoken.message.seq, "ben", "Said on the stream.")
+    with pytest.raises(ArbiterRejected) as over_http:
+        await ben.speak("lounge", claimed.claim.claim_id, wire.SpeakRequest(text="Again."))
+    assert (again.value.status, again.value.code) == (over_http.value.status, over_http.value.code)
+    assert live.log.of("ben")[-1] == ("POST", "claims/speak")  # closed: over HTTP again

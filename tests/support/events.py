@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import WSMsgType
 
 from arbiter.api.stream import FELL_BEHIND
-from arbiter.contract import EVENT_MODELS, EndedEvent, StatusEvent
+from arbiter.contract import EVENT_MODELS, EndedEvent, ReplyEvent, StatusEvent
 from tests.support.eventually import PATIENCE_S
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ __all__ = (
 
 _MODELS = {model.model_fields["type"].default: model for model in EVENT_MODELS}
 # The multiplexed stream's frames: the events, and its own.
-_FRAMES = {**_MODELS, **{model.model_fields["type"].default: model for model in (StatusEvent, EndedEvent)}}
+_FRAMES = {**_MODELS, **{model.model_fields["type"].default: model for model in (StatusEvent, EndedEvent, ReplyEvent)}}
 _NOTICE = re.compile(r"^fell behind; reconnect with \?after=(\d+)$")
 
 

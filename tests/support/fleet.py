@@ -205,24 +205,52 @@ class RequestLog:
             _session: aiohttp.ClientSession, _context: Any, params: aiohttp.TraceRequestStartParams
         ) -> None:
             who = by_token.get(params.headers.get("Authorization", ""), "?")
-            path = params.url.path
-            # "/v1/channels/<id>/claims/<claim>/speak" -> "claims/speak": what was asked, not of which channel.
-            if path.startswith("/v1/channels/"):
-                parts = path.split("/")[4:]
-                kind = "/".join(part for index, part in enumerate(parts) if index % 2 == 0) or "channel"
-            else:
-                kind = path
-            self.entries.append((who, params.method, kind))
-            gate = self._gates.get((params.method, kind))
-            if gate is not None:
-                await gate.wait()
+            await self.record(who, params.method, params.url.path)
 
         config.on_request_start.append(started)
         return config
 
+    async def record(self, who: str, method: str, path: str) -> tuple[str, str, str]:
+        """A request about to go out, over HTTP or on the stream (its entry); held here while its kind is."""
+        path = path.partition("?")[0]
+        # "/v1/channels/<id>/claims/<claim>/speak" -> "claims/speak": what was asked, not of which channel.
+        if path.startswith("/v1/channels/"):
+            parts = path.split("/")[4:]
+            kind = "/".join(part for index, part in enumerate(parts) if index % 2 == 0) or "channel"
+        else:
+            kind = path
+        entry = (who, method, kind)
+        self.entries.append(entry)
+        gate = self._gates.get((method, kind))
+        if gate is not None:
+            await gate.wait()
+        return entry
+
     def of(self, persona: str) -> list[tuple[str, str]]:
         """(method, kind) of one persona's requests, e.g. ("GET", "status"), ("POST", "claims")."""
         return [(method, kind) for who, method, kind in self.entries if who == persona]
+
+
+@dataclass(frozen=True)
+class LoggedCalls:
+    """The personas' stream carrying a persona's calls, each logged (and held) first as its HTTP request would be:
+    the log tells what a persona asked, whichever way it went."""
+
+    stream: StreamFollower
+    log: RequestLog
+
+    def carries(self, token: str, base: str) -> bool:
+        return self.stream.carries(token, base)
+
+    async def call(
+        self, persona_id: str, method: str, path: str, body: str | None, *, within: float
+    ) -> tuple[int, str] | None:
+        entry = await self.log.record(persona_id, method, path)
+        answer = await self.stream.call(persona_id, method, path, body, within=within)
+        if answer is None:  # not sent: it goes over HTTP, and is logged there
+            entries = self.log.entries
+            del entries[len(entries) - 1 - entries[::-1].index(entry)]
+        return answer
 
 
 @dataclass
@@ -320,6 +348,7 @@ class Live:
             tools=tools,
             follower=self.stream,
         )
+        client.carry_calls_on(LoggedCalls(self.stream, self.log), persona.id)
         self.runtimes.append(runtime)
         await runtime.start()
         await asyncio.wait_for(runtime.join(channel_id).ready(), 5.0)

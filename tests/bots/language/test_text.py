@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from difflib import SequenceMatcher
 
 import pytest
 from hypothesis import given
@@ -227,6 +228,36 @@ def test_a_cut_never_empties_a_reply_or_ends_in_an_ellipsis(text: str, limit: in
 )
 def test_repeats(text: str, earlier: list[str], repeated: bool) -> None:
     assert repeats(text, earlier) is repeated
+
+
+def test_a_line_said_word_for_word_earlier_repeats_whatever_comes_before_it() -> None:
+    # The exact check goes over every earlier line before any fuzzy one: a long line near-missing the text first,
+    # then the text itself in other case and punctuation.
+    earlier = ["We should bake some cakes together next weekend", "Soba?", "WE SHOULD BAKE BREAD, THIS WEEKEND!"]
+    assert repeats("We should bake bread this weekend.", earlier)
+    assert not repeats("We should bake bread this weekend.", earlier[:2])
+
+
+def _difflib_repeats(text: str, earlier: list[str]) -> bool:
+    """The remark rule as its docstring states it, with difflib's ratio computed in full for every pair."""
+    key = line_key(text)
+    if not key:
+        return True
+    for other in map(line_key, earlier):
+        if key == other:
+            return True
+        if min(len(key), len(other)) >= 12 and SequenceMatcher(None, key, other).ratio() > 0.85:
+            return True
+    return False
+
+
+# Lines of a few letters, so that near repeats (and exact ones) come up often.
+_LINES = st.text(alphabet="abcde .!", min_size=0, max_size=24)
+
+
+@given(text=_LINES, earlier=st.lists(_LINES, max_size=8))
+def test_the_repeat_check_says_what_difflib_says(text: str, earlier: list[str]) -> None:
+    assert repeats(text, earlier) is _difflib_repeats(text, earlier)
 
 
 @pytest.mark.parametrize(
