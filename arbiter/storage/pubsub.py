@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from arbiter.events import Event
 
-__all__ = ("PostgresRelay",)
+__all__ = ("LISTENER_NAME", "PostgresRelay")
 
 _log = logging.getLogger(__name__)
 
@@ -42,6 +42,7 @@ _MAX_PAYLOAD = 7_900
 # Characters of a larger event's JSON per notification: even at 4 bytes each, or 2 for a JSON escape, a part
 # stays under the limit with its envelope.
 _PART = 1_500
+LISTENER_NAME = "aizuchi listener"  # the listening connection's application_name
 # How long a read waits for the round trip on the listening connection before it reads the channel's version.
 _ROUND_TRIP_S = 5.0
 # Channels' versions per notification: ids are at most 64 characters (ASCII), versions at most 19 digits, so these
@@ -241,6 +242,9 @@ class PostgresRelay:
                     self._parts.clear()
                     self._skipped.clear()
                     await driver.add_listener(NOTIFY_CHANNEL, self._on_notify)
+                    # Named in pg_stat_activity, where its last query (the round trips' SELECT 1) no longer says it
+                    # listens: an operator, or a test cutting this one connection, finds it by this name.
+                    await driver.execute(f"SET application_name = '{LISTENER_NAME}'")
                     self._hearing(True)
                     self._listening = driver
                     rounds = asyncio.create_task(self._rounds(driver), name="aizuchi-pg-rounds")
@@ -257,6 +261,9 @@ class PostgresRelay:
                         self._answer(self._waiting, caught_up=False)
                         self._waiting = []
                         self._hearing(False)  # what comes until it listens again goes unheard
+                        if not lost.is_set():  # going back to the pool: no longer the listener
+                            with contextlib.suppress(Exception):
+                                await driver.execute("RESET application_name")
                     _log.warning("lost the PostgreSQL listen connection; reconnecting")
             except asyncio.CancelledError:
                 raise

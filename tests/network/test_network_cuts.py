@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import asyncpg
 
+from arbiter.storage.pubsub import LISTENER_NAME
 from bots.affinity import home
 from tests.conftest import ADMIN_TOKEN, PERSONA_TOKENS
 from tests.support.arbiters import Api
@@ -158,7 +159,8 @@ async def _listen_ports(database: str, lab: Lab) -> dict[str, int]:
         conn = await asyncpg.connect(database, timeout=10)
         try:
             rows = await conn.fetch(
-                "SELECT host(client_addr) AS addr, client_port FROM pg_stat_activity WHERE query LIKE 'LISTEN%'"
+                "SELECT host(client_addr) AS addr, client_port FROM pg_stat_activity WHERE application_name = $1",
+                LISTENER_NAME,
             )
         finally:
             await conn.close()
