@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from arbiter.api.stream import FELL_BEHIND
 from arbiter.contract import Tier
+from arbiter.storage.pubsub import LISTENER_NAME
 from tests.conftest import auth
 from tests.support.arbiters import serve
 from tests.support.events import checked_event, next_event, read_until, told_after
@@ -250,7 +251,8 @@ async def drop_listen_connections(database_url: str) -> None:
         # The WHERE picks the rows before the select list runs: only this database's LISTEN connections end.
         ended = await conn.fetch(
             "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND query LIKE 'LISTEN%' AND pid <> pg_backend_pid()"
+            " WHERE datname = current_database() AND application_name = $1 AND pid <> pg_backend_pid()",
+            LISTENER_NAME,
         )
     finally:
         await conn.close()
