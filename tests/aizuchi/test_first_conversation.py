@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -14,6 +14,9 @@ from bots.persona import Persona, load_persona
 from tests.support.eventually import eventually
 from tests.support.lines import built_from, set_of, sets_of
 from tests.support.process import Aizuchi, dotenv
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
 
 PERSONAS = Path(__file__).resolve().parents[2] / "personas"
 ROOM_LINE = r"aizuchi local room: open (http://127\.0\.0\.1:\d+)/room/lobby"
@@ -51,7 +54,7 @@ async def test_the_offline_personas_answer_the_person_and_let_them_go(tmp_path: 
         porch = Porch((await fleet.wait_for(ROOM_LINE)).group(1), session)
 
         hello = await porch.say("Hi everyone!")
-        await eventually(lambda: _count(porch, hello, 2), what="two personas greet back")
+        await _until(fleet, porch, lambda: _count(porch, hello, 2), "two personas greet back")
         await asyncio.sleep(3.0)  # a span, not a wait: the third may greet or not, and no one may say goodbye
         greetings = await porch.replies(hello)
 
@@ -79,6 +82,16 @@ async def test_the_offline_personas_answer_the_person_and_let_them_go(tmp_path: 
     speakers = [m["author_id"] for m in goodnights]
     assert len(speakers) == len(set(speakers)) <= 3, goodnights
     assert "Traceback" not in fleet.stderr
+
+
+async def _until(fleet: Aizuchi, porch: Porch, condition: Callable[[], Awaitable[bool]], what: str) -> None:
+    """``eventually``, and on failure what the room shows and the fleet logged: a first run that went wrong says
+    how."""
+    try:
+        await eventually(condition, what=what)
+    except AssertionError as error:
+        shown = [(m["seq"], m["author_id"], m["tier"], m["text"]) for m in await porch.history()]
+        raise AssertionError(f"{error}\nthe room: {shown}\nthe fleet's log:\n{fleet.stderr[-6000:]}") from None
 
 
 async def _count(porch: Porch, after: int, at_least: int) -> bool:
