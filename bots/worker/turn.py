@@ -186,7 +186,10 @@ async def speak(runtime: PersonaRuntime, channel_id: str, action: Speak, heard: 
     """Speak on the claim, once the arbiter has heard what was said while the model wrote (it judges the speech with
     it)."""
     await hear_what_was_said(runtime, channel_id, heard)
-    said_before = runtime.platform.latest_said(channel_id)
+    # What the arbiter is known to have recorded, not what the account saw: if the wait above ran out (a busy
+    # machine, an arbiter hearing late), a question it saw but the arbiter has not recorded must still be found
+    # after the grant, and the speech retracted, not posted between the question and its answer.
+    said_before = min(runtime.platform.latest_said(channel_id), heard())
     request = wire.SpeakRequest(text=action.text, tier=action.tier, based_on_seq=action.based_on, memory=action.memory)
     result = await runtime.arbiter.speak(channel_id, action.claim_id, request)
     return SpeakAnswered(result, said_before, runtime.platform.latest_said(channel_id))
