@@ -7,6 +7,7 @@ request over it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -28,10 +29,12 @@ from tests.support.llm_server import FAKE_KEY, FAKE_KEY_ENV, FakeLLMServer, deci
 from tests.support.room import ROOM_PERSONAS
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
     from pathlib import Path
 
     from tests.discord.conftest import World
     from tests.support.fake_discord import FakeDiscord
+    from tests.support.fleet import Live
 
 TOKENS = {persona_id: f"{persona_id}-run-token-0123456789abcdef" for persona_id in ROOM_PERSONAS}
 MODELS = {"anthropic": "claude-haiku-5-5", "openai": "gpt-5.6-luna"}
@@ -66,13 +69,15 @@ def seeing_profile(api: str, llm: FakeLLMServer) -> str:
     )
 
 
-@pytest.mark.parametrize("api", ["anthropic", "openai"])
-async def test_a_photo_reaches_the_personas_model_as_an_image_and_is_counted(
-    api: str, *, fake: FakeDiscord, world: World, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+@contextlib.asynccontextmanager
+async def seeing_rin(
+    api: str, answer: str, world: World, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> AsyncIterator[tuple[FakeLLMServer, Live, str]]:
+    """The arbiter's bot and Rin, her model on ``api``'s wire server taking images and answering ``answer``; once
+    she follows the lounge: the server, the arbiter and the lounge's id."""
     caplog.set_level(logging.INFO, logger="bots")
     profiles = tmp_path / "profiles.toml"
-    reply = decision_reply("tools", {"action": "remark", "text": "What a cat!"}, usage=(100, 5))
+    reply = decision_reply("tools", {"action": "remark", "text": answer}, usage=(100, 5))
     async with (
         FakeLLMServer(reply) as llm,
         live_arbiter(extra_tokens=TOKENS) as live,
@@ -85,17 +90,23 @@ async def test_a_photo_reaches_the_personas_model_as_an_image_and_is_counted(
         env = tokens_of(world, **{FAKE_KEY_ENV: FAKE_KEY})
         async with running_task(run_bots(bots, env, ENDPOINTS, only=["rin"])) as task:
             await following(world, caplog, task, ("rin",))
-            # Signed for a day from now (the arbiter's clock is the wall clock; the fake Discord's is its own).
-            a_day = time.time() + 86_400 - fake.clock()
-            photo = fake.image_attachment(
-                "cat.jpg", content_type="image/jpeg", width=1024, height=768, expires_in_s=a_day
-            )
-            await fake.human_says(world.lounge, world.member, "Rin, look at my cat!", attachments=[photo])
-            await eventually(lambda: llm.requests, what="rin asks her model")
-            await eventually(
-                lambda: any(m.author is world.personas["rin"] for m in world.lounge.messages), what="rin answers"
-            )
-            status = await live.status(lounge, "rin")
+            yield llm, live, lounge
+
+
+@pytest.mark.parametrize("api", ["anthropic", "openai"])
+async def test_a_photo_reaches_the_personas_model_as_an_image_and_is_counted(
+    api: str, *, fake: FakeDiscord, world: World, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with seeing_rin(api, "What a cat!", world, tmp_path, caplog) as (llm, live, lounge):
+        # Signed for a day from now (the arbiter's clock is the wall clock; the fake Discord's is its own).
+        a_day = time.time() + 86_400 - fake.clock()
+        photo = fake.image_attachment("cat.jpg", content_type="image/jpeg", width=1024, height=768, expires_in_s=a_day)
+        await fake.human_says(world.lounge, world.member, "Rin, look at my cat!", attachments=[photo])
+        await eventually(lambda: llm.requests, what="rin asks her model")
+        await eventually(
+            lambda: any(m.author is world.personas["rin"] for m in world.lounge.messages), what="rin answers"
+        )
+        status = await live.status(lounge, "rin")
 
     assert llm.refusals == []
     [request] = llm.requests
@@ -112,26 +123,12 @@ async def test_a_photo_reaches_the_personas_model_as_an_image_and_is_counted(
 async def test_an_expired_image_is_skipped_with_one_line(
     *, fake: FakeDiscord, world: World, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="bots")
-    profiles = tmp_path / "profiles.toml"
-    reply = decision_reply("tools", {"action": "remark", "text": "Hm?"}, usage=(100, 5))
-    async with (
-        FakeLLMServer(reply) as llm,
-        live_arbiter(extra_tokens=TOKENS) as live,
-        running(arbiter_bot(live.arbiter, world), world.arbiter.token),
-    ):
-        profiles.write_text(seeing_profile("anthropic", llm))
-        lounge = str(world.lounge.id)
-        await live.channel(lounge)
-        bots = bots_settings(tmp_path, arbiter_url=live.url, profiles_file=profiles, profile="seeing")
-        env = tokens_of(world, **{FAKE_KEY_ENV: FAKE_KEY})
-        async with running_task(run_bots(bots, env, ENDPOINTS, only=["rin"])) as task:
-            await following(world, caplog, task, ("rin",))
-            # Signed an hour before the arbiter's now: expired (a message read back from long ago, say).
-            an_hour_ago = time.time() - 3600 - fake.clock()
-            old = fake.image_attachment("old.png", expires_in_s=an_hour_ago)
-            await fake.human_says(world.lounge, world.member, "Rin, remember this one?", attachments=[old])
-            await eventually(lambda: llm.requests, what="rin asks her model")
+    async with seeing_rin("anthropic", "Hm?", world, tmp_path, caplog) as (llm, _, _):
+        # Signed an hour before the arbiter's now: expired (a message read back from long ago, say).
+        an_hour_ago = time.time() - 3600 - fake.clock()
+        old = fake.image_attachment("old.png", expires_in_s=an_hour_ago)
+        await fake.human_says(world.lounge, world.member, "Rin, remember this one?", attachments=[old])
+        await eventually(lambda: llm.requests, what="rin asks her model")
 
     assert llm.refusals == []
     assert shown_images("anthropic", llm.requests[0].body) == []
@@ -144,33 +141,19 @@ async def test_an_expired_image_is_skipped_with_one_line(
 async def test_an_image_that_cannot_be_downloaded_is_skipped_and_the_message_answered(
     api: str, what: str, *, fake: FakeDiscord, world: World, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="bots")
-    profiles = tmp_path / "profiles.toml"
-    reply = decision_reply("tools", {"action": "remark", "text": "Nice one!"}, usage=(100, 5))
-    async with (
-        FakeLLMServer(reply) as llm,
-        live_arbiter(extra_tokens=TOKENS) as live,
-        running(arbiter_bot(live.arbiter, world), world.arbiter.token),
-    ):
-        profiles.write_text(seeing_profile(api, llm))
-        lounge = str(world.lounge.id)
-        await live.channel(lounge)
-        bots = bots_settings(tmp_path, arbiter_url=live.url, profiles_file=profiles, profile="seeing")
-        env = tokens_of(world, **{FAKE_KEY_ENV: FAKE_KEY})
-        async with running_task(run_bots(bots, env, ENDPOINTS, only=["rin"])) as task:
-            await following(world, caplog, task, ("rin",))
-            a_day = time.time() + 86_400 - fake.clock()
-            if what == "deleted":
-                photo = fake.image_attachment("cat.png", expires_in_s=a_day)
-                fake.delete_attachment(photo)  # taken down before anyone looked: its address answers 404
-            else:
-                # Discord says image/png; the CDN serves a page (a link checker's, a login wall's).
-                photo = fake.image_attachment("cat.png", expires_in_s=a_day, data=b"<!doctype html><p>Sign in</p>")
-            await fake.human_says(world.lounge, world.member, "Rin, what do you think?", attachments=[photo])
-            await eventually(
-                lambda: any(m.author is world.personas["rin"] for m in world.lounge.messages), what="rin answers"
-            )
-            status = await live.status(lounge, "rin")
+    async with seeing_rin(api, "Nice one!", world, tmp_path, caplog) as (llm, live, lounge):
+        a_day = time.time() + 86_400 - fake.clock()
+        if what == "deleted":
+            photo = fake.image_attachment("cat.png", expires_in_s=a_day)
+            fake.delete_attachment(photo)  # taken down before anyone looked: its address answers 404
+        else:
+            # Discord says image/png; the CDN serves a page (a link checker's, a login wall's).
+            photo = fake.image_attachment("cat.png", expires_in_s=a_day, data=b"<!doctype html><p>Sign in</p>")
+        await fake.human_says(world.lounge, world.member, "Rin, what do you think?", attachments=[photo])
+        await eventually(
+            lambda: any(m.author is world.personas["rin"] for m in world.lounge.messages), what="rin answers"
+        )
+        status = await live.status(lounge, "rin")
 
     assert llm.refusals == []  # the provider was never shown it
     [request] = llm.requests
