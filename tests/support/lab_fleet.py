@@ -179,6 +179,14 @@ async def settled(fleet: Fleet) -> None:
     """The hosts fall quiet; then each one's stream reaches the last message of every channel, and it stops."""
     for process in fleet.hosts.values():
         process.send_signal(signal.SIGUSR1)
+    # Quiet once its last call is answered: a call still on its way (a slow link's, for a second and more) may add
+    # a message after the streams were seen to be at the end.
+    for host in PERSONAS:
+
+        def quiet(host: str = host) -> bool:
+            return any(e["kind"] == "quiet" for e in fleet.entries(host))
+
+        await eventually(quiet, what=f"{host} to fall quiet", every=0.05)
 
     async def caught_up() -> bool:
         history, _ = await _history(fleet)

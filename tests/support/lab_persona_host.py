@@ -10,8 +10,8 @@ line each, for the test to hold to the invariants:
 - ``frame``: a message or level event the stream delivered (channel, seq or level).
 
 It speaks a new text each time and never retries one: a request that failed may or may not have been committed,
-which is what "acknowledged" separates. It falls quiet at SIGUSR1 (then the test checks the streams catch up) and
-runs until SIGTERM.
+which is what "acknowledged" separates. It falls quiet at SIGUSR1, writing ``quiet`` once its last call has its
+answer (then the test checks the streams catch up), and runs until SIGTERM.
 
     python -m tests.support.lab_persona_host --urls http://a:8340,http://b:8340 --persona hana --token ... \
         --channels c0,c1 --journal hana.jsonl
@@ -90,6 +90,7 @@ async def speak(
                 else:
                     journal.write("refused", channel=channel, reason=result.reason, level=result.level, took=took)
             await asyncio.sleep(pace)  # a persona's pace, not a wait for anything
+    journal.write("quiet")
 
 
 async def main(args: argparse.Namespace, journal: Journal) -> None:
