@@ -8,6 +8,9 @@ BIN := $(VENV)/bin
 BROWSER := /usr/bin/chromium
 # nftables cuts the links between the network-cut tests' hosts (tests/network; iproute2 makes the hosts).
 NFT := /usr/sbin/nft
+# The network-latency test's delayed links (tests/support/lab_delayer.py): iptables-nft hands a link's packets to an
+# NFQUEUE, and NetfilterQueue (the netlab extra, built here against Debian's libnetfilter-queue-dev) takes them.
+NETLAB := $(VENV)/.installed-netlab
 # The JavaScript MCP clients the MCP tests drive (tests/js/package.json, pinned by its package-lock.json).
 JS_CLIENTS := tests/js/node_modules/.installed
 
@@ -35,7 +38,7 @@ endif
 run: $(VENV)/.installed
 	$(if $(QUIET_RUN),+)@$(BIN)/aizuchi run || exit 1
 
-test: $(VENV)/.installed-dev $(BROWSER) $(NFT) $(JS_CLIENTS)
+test: $(VENV)/.installed-dev $(BROWSER) $(NFT) $(NETLAB) $(JS_CLIENTS)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -79,6 +82,19 @@ $(NFT):
 		echo "note: 'sudo apt-get install nftables' for the network-cut tests (they skip without it)"; exit 0; fi; \
 	echo "installing Debian's nftables for the network-cut tests"; \
 	$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq nftables iproute2 >/dev/null
+
+$(NETLAB): pyproject.toml | $(VENV)/.installed-dev
+	@if [ "$$(uname)" != Linux ]; then exit 0; fi; \
+	if ! dpkg -s iptables libnetfilter-queue-dev gcc >/dev/null 2>&1; then \
+		if ! command -v apt-get >/dev/null; then \
+			echo "note: install iptables and libnetfilter-queue-dev for the network-latency test (it skips without them)"; exit 0; fi; \
+		if [ "$$(id -u)" = 0 ]; then sudo=; elif sudo -n true 2>/dev/null; then sudo=sudo; else \
+			echo "note: 'sudo apt-get install iptables libnetfilter-queue-dev gcc' for the network-latency test (it skips without them)"; exit 0; fi; \
+		echo "installing Debian's iptables and libnetfilter-queue-dev for the network-latency test"; \
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq iptables libnetfilter-queue-dev gcc >/dev/null; \
+	fi; \
+	if $(BIN)/pip install --quiet -e '.[dev,netlab]'; then touch $@; else \
+		echo "note: NetfilterQueue did not build: the network-latency test skips"; fi
 
 $(JS_CLIENTS): tests/js/package-lock.json
 	@if ! command -v npm >/dev/null; then \

@@ -4,14 +4,14 @@ channel affinity over every arbiter process), follows the channels on one multip
 (``bots.follower.StreamFollower``, which reconnects and resumes), and writes down everything it was told, one JSON
 line each, for the test to hold to the invariants:
 
-- ``ack``: a speech the arbiter granted (channel, seq, text, the level it left);
-- ``refused``: a verdict that refused (its reason);
+- ``ack``: a speech the arbiter granted (channel, seq, text, the level it left, how long the answer took);
+- ``refused``: a verdict that refused (its reason, how long it took);
 - ``unavailable`` / ``rejected``: an error instead of a verdict (its words, and how long it took to come);
 - ``frame``: a message or level event the stream delivered (channel, seq or level).
 
 It speaks a new text each time and never retries one: a request that failed may or may not have been committed,
-which is what "acknowledged" separates. It falls quiet at SIGUSR1 (then the test checks the streams catch up) and
-runs until SIGTERM.
+which is what "acknowledged" separates. It falls quiet at SIGUSR1, writing ``quiet`` once its last call has its
+answer (then the test checks the streams catch up), and runs until SIGTERM.
 
     python -m tests.support.lab_persona_host --urls http://a:8340,http://b:8340 --persona hana --token ... \
         --channels c0,c1 --journal hana.jsonl
@@ -83,11 +83,14 @@ async def speak(
             except ArbiterRejected as error:
                 journal.write("rejected", channel=channel, error=str(error), took=time.monotonic() - started)
             else:
+                took = time.monotonic() - started
                 if result.granted and result.message is not None:
-                    journal.write("ack", channel=channel, seq=result.message.seq, text=text, level=result.level)
+                    seq, level = result.message.seq, result.level
+                    journal.write("ack", channel=channel, seq=seq, text=text, level=level, took=took)
                 else:
-                    journal.write("refused", channel=channel, reason=result.reason, level=result.level)
+                    journal.write("refused", channel=channel, reason=result.reason, level=result.level, took=took)
             await asyncio.sleep(pace)  # a persona's pace, not a wait for anything
+    journal.write("quiet")
 
 
 async def main(args: argparse.Namespace, journal: Journal) -> None:

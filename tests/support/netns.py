@@ -6,6 +6,7 @@ between them cut or made lossy while processes run on them.
         lab.cut("arbiter1", "pg")             # every packet between the two dropped, silently, both ways
         lab.heal("arbiter1", "pg")
         lab.lossy("persona1", 10)             # 10 % of its packets dropped, both ways
+        lab.delay("persona1", "arbiter1", 60) # 60 ms more each way between the two (lab_delayer.py)
 
 The bridge lives in a namespace of its own; the test's own namespace (the root one) joins it too, as the host
 ``CONTROL``, so the test can reach every host (to set a channel up, to read the database) over a link no cut
@@ -15,8 +16,14 @@ nor public, and here never routed off the bridge.
 A cut drops packets with nftables in both hosts' namespaces (a cable pulled: no reset, no error, the peer just
 stops answering), which is the failure a process can least tell from a slow peer. Loss is made with nftables'
 random numbers, not ``tc netem``: the kernels these tests run on are built without netem (CONFIG_NET_SCH_NETEM is
-unset; ``tc qdisc add ... netem`` answers "Specified qdisc kind is unknown"), so there is no added latency either;
-a lost packet's retransmission (200 ms and up) is the delay the links show.
+unset; ``tc qdisc add ... netem`` answers "Specified qdisc kind is unknown").
+
+Latency is made without netem too: ``lab.delay("persona1", "arbiter1", 60)`` has an iptables NFQUEUE rule in each
+host hand the packets arriving from the other to a small process (tests/support/lab_delayer.py, NetfilterQueue on
+libnetfilter_queue) that gives each its verdict 60 ms later, so a round trip between the two takes 120 ms longer;
+it can add jitter (order kept) and random loss. iptables-nft, not nft: its NFQUEUE target goes through the
+kernel's xtables compatibility (CONFIG_NFT_COMPAT, CONFIG_NETFILTER_XT_TARGET_NFQUEUE), where nft's own ``queue``
+needs CONFIG_NFT_QUEUE, which these kernels lack.
 
 Everything the lab made is removed when it closes, also when the test failed: its processes killed, its
 namespaces deleted (which deletes their veths and the bridge); a lab left behind by a killed test run is removed
@@ -26,26 +33,31 @@ by the next one (its namespaces are named for the pid that made them).
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import ipaddress
+import json
 import os
+import select
 import shutil
 import signal
 import subprocess
+import sys
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
-    from pathlib import Path
 
-__all__ = ("CONTROL", "Lab", "lab_unavailable", "require_lab")
+__all__ = ("CONTROL", "Lab", "delay_unavailable", "lab_unavailable", "require_delay", "require_lab")
 
 CONTROL = "control"
 _PREFIX = "aizuchi-lab"
 _TABLE = "aizuchi_lab"
+_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -97,6 +109,50 @@ def require_lab() -> None:
     pytest.skip(f"network namespaces not available: {reason}")
 
 
+def _probe_delay() -> str | None:
+    """Why no link can be delayed here, or None: iptables-nft, the NetfilterQueue package, and the kernel taking an
+    NFQUEUE rule and binding a queue in a namespace."""
+    if shutil.which("iptables-nft") is None:
+        return "iptables-nft is not installed (apt-get install iptables)"
+    if importlib.util.find_spec("netfilterqueue") is None:
+        return "the NetfilterQueue package is not installed (make test installs it: libnetfilter-queue-dev, gcc)"
+    name = f"{_PREFIX}-probe-{uuid.uuid4().hex[:8]}"
+    bind = "from netfilterqueue import NetfilterQueue as Q; q = Q(); q.bind(1, print); q.unbind()"
+    try:
+        made = _run("ip", "netns", "add", name, check=False)
+        if made.returncode != 0:
+            return f"cannot make a network namespace: {made.stderr.strip()}"
+        for argv in (
+            ("iptables-nft", "-A", "INPUT", "-j", "NFQUEUE", "--queue-num", "1", "--queue-bypass"),
+            (sys.executable, "-c", bind),
+        ):
+            done = _run("ip", "netns", "exec", name, *argv, check=False)
+            if done.returncode != 0:
+                return f"{' '.join(argv[:5])}... failed: {done.stderr.strip()[-300:]}"
+    finally:
+        _run("ip", "netns", "delete", name, check=False)
+    return None
+
+
+_PROBED_DELAY: list[str | None] = []
+
+
+def delay_unavailable() -> str | None:
+    if not _PROBED_DELAY:
+        _PROBED_DELAY.append(lab_unavailable() or _probe_delay())
+    return _PROBED_DELAY[0]
+
+
+def require_delay() -> None:
+    """``require_lab`` for the links' latency (``Lab.delay``)."""
+    reason = delay_unavailable()
+    if reason is None:
+        return
+    if os.environ.get("AIZUCHI_REQUIRE_SERVICES") == "1":
+        pytest.fail(f"delayed links are required (AIZUCHI_REQUIRE_SERVICES=1) but {reason}")
+    pytest.skip(f"delayed links not available: {reason}")
+
+
 def _remove_abandoned() -> None:
     """Namespaces of labs whose test run was killed before it could clean up (its pid is gone)."""
     listing = _run("ip", "netns", "list", check=False).stdout
@@ -130,10 +186,11 @@ class Lab:
     tag: str
     subnet: ipaddress.IPv4Network
     hosts: dict[str, Host] = field(default_factory=dict)
-    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    processes: list[subprocess.Popen[Any]] = field(default_factory=list)
     _switch: str = ""
     _root_link: str = ""
     _cuts: set[tuple[str, str]] = field(default_factory=set)
+    _delayers: dict[tuple[str, str], subprocess.Popen[str]] = field(default_factory=dict)
 
     @classmethod
     @contextlib.contextmanager
@@ -272,6 +329,62 @@ class Lab:
             script += f"add rule inet {_TABLE} loss ip daddr {control} return\n"
             script += f"add rule inet {_TABLE} loss numgen random mod 100 < {int(percent)} drop\n"
         self._nft(namespace, script)
+
+    def delay(self, a: str, b: str, ms: float, *, jitter_ms: float = 0, loss_percent: float = 0, seed: int = 0) -> None:
+        """Every packet between ``a`` and ``b`` arrives ``ms`` later, each way (a round trip between them takes
+        ``2 * ms`` longer), plus a random part of up to ``jitter_ms`` that never reorders them; ``loss_percent`` of
+        them dropped at random besides. Held on arrival, in each host, by a delayer bound to a queue numbered for
+        the peer (tests/support/lab_delayer.py). Replaces a delay already on the link."""
+        require_delay()
+        if CONTROL in (a, b):
+            raise ValueError("the control link is never delayed")
+        self.undelay(a, b)
+        for here, there in ((a, b), (b, a)):
+            argv = [sys.executable, "-m", "tests.support.lab_delayer", "--queue", str(self._queue(there))]
+            argv += ["--delay-ms", str(ms), "--jitter-ms", str(jitter_ms), "--loss", str(loss_percent)]
+            argv += ["--seed", str(seed + self._queue(here))]
+            delayer = subprocess.Popen(
+                [*self._prefix(here, None), *argv],
+                env={**os.environ, "PYTHONPATH": _ROOT},
+                cwd=_ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
+            self.processes.append(delayer)
+            self._delayers[(here, there)] = delayer
+            # Bound before the rule is there, so that every packet the rule takes is delayed: with --queue-bypass
+            # (a delayer gone leaves the link up, not cut), one handed to a queue nobody reads passes at once.
+            assert delayer.stdout is not None
+            ready, _, _ = select.select([delayer.stdout], [], [], 30)
+            line = delayer.stdout.readline() if ready else ""
+            if line.strip() != "bound":
+                raise AssertionError(f"the delayer on {here} did not start: {line}{delayer.stdout.read()[-2000:]}")
+            self.run(here, ["iptables-nft", "-I", "INPUT", *self._queue_rule(there)])
+
+    def undelay(self, a: str, b: str) -> dict[str, dict[str, Any]]:
+        """The delay between ``a`` and ``b`` gone (the packets held let go at once); what each side's delayer did,
+        by host: ``{"passed": n, "dropped": m, "held_max": k}``."""
+        done: dict[str, dict[str, Any]] = {}
+        for here, there in ((a, b), (b, a)):
+            delayer = self._delayers.pop((here, there), None)
+            if delayer is None:
+                continue
+            self.run(here, ["iptables-nft", "-D", "INPUT", *self._queue_rule(there)])
+            delayer.terminate()
+            out, _ = delayer.communicate(timeout=10)
+            if delayer.returncode != 0:
+                raise AssertionError(f"the delayer on {here} exited with {delayer.returncode}: {out[-2000:]}")
+            done[here] = json.loads(out.strip().splitlines()[-1])
+        return done
+
+    def _queue(self, host: str) -> int:
+        """The queue a host's packets are handed to in its peers: one per peer in each namespace."""
+        return list(self.hosts).index(host) + 1
+
+    def _queue_rule(self, peer: str) -> list[str]:
+        return ["-s", self.address(peer), "-j", "NFQUEUE", "--queue-num", str(self._queue(peer)), "--queue-bypass"]
 
     def _element(self, verb: str, host: str, set_name: str, value: str) -> None:
         self._nft(self.hosts[host].namespace, f"{verb} element inet {_TABLE} {set_name} {{ {value} }}\n")
