@@ -251,12 +251,13 @@ class Memory:
 class Priority:
     """Personas addressed by a human message: the others wait (not even a nod) until they answer, give the floor
     up, or ``until`` passes. A pass (a released claim) is one try: an addressed persona that passes a second
-    time gives its floor up."""
+    time gives its floor up. A claim granted before the floor was given is no try: it was not made to answer."""
 
     persona_ids: frozenset[str]
     until: float
     since_seq: int = 0  # the addressing message: only a reply written after reading it answers it
     tried: frozenset[str] = frozenset()  # addressed personas that passed once
+    since_at: float = 0.0  # when the floor was given (recorded, not said): claims granted before are no tries
 
 
 @dataclass(frozen=True, slots=True)

@@ -598,12 +598,18 @@ def release(state: ChannelState, persona_id: str, claim_id: str, now: float) -> 
         raise ConflictError(f"claim {claim_id} was already {held.state}", field="claim_id", code="claim_closed")
     released = replace(held, state=SpendState.RELEASED, refund_at=min(held.refund_at, now))
     spends, claims = ledger.place(state.spends, state.claims, released, held)
-    next_state = replace(state, spends=spends, claims=claims, priority=_passed(state.priority, persona_id, now))
+    priority = _passed(state.priority, held, now)
+    next_state = replace(state, spends=spends, claims=claims, priority=priority)
     return Transition(next_state, Released(released), changed_spends=(released,))
 
 
-def _passed(priority: Priority | None, persona_id: str, now: float) -> Priority | None:
+def _passed(priority: Priority | None, claim: Spend, now: float) -> Priority | None:
+    persona_id = claim.persona_id
     if priority is None or now >= priority.until or persona_id not in priority.persona_ids:
+        return priority
+    if claim.created_at < priority.since_at:
+        # Claimed before it was asked (a nod to what came before, say, refused as stale once the question came):
+        # giving that back is no pass of the question.
         return priority
     if persona_id not in priority.tried:
         return replace(priority, tried=priority.tried | {persona_id})
@@ -662,10 +668,10 @@ def _floor_after(priority: Priority | None, message: Message, until: float, now:
         return live
     asked = frozenset(message.addressed)
     if live is None:
-        return Priority(asked, until, message.seq)
+        return Priority(asked, until, message.seq, since_at=now)
     # A persona asked again gets its tries back; an earlier question's answer may still be on its way, so the
     # floor counts from the earliest question.
-    return Priority(live.persona_ids | asked, max(live.until, until), live.since_seq, live.tried - asked)
+    return Priority(live.persona_ids | asked, max(live.until, until), live.since_seq, live.tried - asked, live.since_at)
 
 
 def stand(state: ChannelState, persona_id: str, cannot_post: str | None) -> Transition:

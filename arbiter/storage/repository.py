@@ -246,6 +246,7 @@ def state_columns(state: ChannelState) -> dict[str, Any]:
             "until": priority.until,
             "since_seq": priority.since_seq,
             "tried": sorted(priority.tried),
+            "since_at": priority.since_at,
         },
         "recent_substantive": list(state.recent_substantive),
         "recent_said": [[seq, nod] for seq, nod in state.recent_said],
@@ -450,6 +451,7 @@ def _state_from(row: Row[Any], channel_spends: Iterable[Spend]) -> ChannelState:
             row.priority["until"],
             row.priority.get("since_seq", 0),
             frozenset(row.priority.get("tried", ())),
+            row.priority.get("since_at", 0.0),
         )
     return ChannelState(
         channel_id=row.id,

@@ -766,10 +766,24 @@ def test_a_first_release_keeps_the_addressed_personas_floor() -> None:
     state, held = hold(state, "kai", Tier.REMARK, T0 + 1)
     assert refusal(_consume(state, Tier.REMARK, T0 + 2)).reason is R.PRIORITY
     state = let_go(state, "kai", held.id, T0 + 3)
-    assert state.priority == Priority(frozenset({"kai"}), T0 + 20, 1, tried=frozenset({"kai"}))
+    assert state.priority == Priority(frozenset({"kai"}), T0 + 20, 1, tried=frozenset({"kai"}), since_at=T0)
     assert refusal(_consume(state, Tier.REMARK, T0 + 4)).reason is R.PRIORITY
     assert refusal(_consume(state, Tier.AIZUCHI, T0 + 4)).reason is R.PRIORITY
     speech(_consume(state, Tier.REMARK, T0 + 20))  # until the window passes
+
+
+def test_a_claim_from_before_the_question_given_back_is_no_try() -> None:
+    # kai was nodding at what came before when it was asked: the nod is refused as stale and given back, and kai
+    # still has both its tries to answer (a second would give the floor up, and others would answer first).
+    state, nod = hold(channel(priority_window_s=20), "kai", Tier.AIZUCHI, T0)
+    state = hear(state, T0 + 1, addressed=("kai",))
+    assert refusal(rules.speak(state, KAI, nod.id, "Mm.", T0 + 2, based_on_seq=0)).reason is R.STALE
+    state = let_go(state, "kai", nod.id, T0 + 2)
+    assert state.priority == Priority(frozenset({"kai"}), T0 + 21, 1, since_at=T0 + 1)
+    state, held = hold(state, "kai", Tier.REMARK, T0 + 3)
+    state = let_go(state, "kai", held.id, T0 + 4)  # a pass of the question: one try
+    assert state.priority == Priority(frozenset({"kai"}), T0 + 21, 1, frozenset({"kai"}), T0 + 1)
+    assert refusal(_consume(state, Tier.REMARK, T0 + 5)).reason is R.PRIORITY
 
 
 @dataclass(frozen=True)
@@ -852,12 +866,12 @@ def test_an_addressed_personas_pass_is_one_try(case: FloorCase) -> None:
     ("at", "addressed", "expected"),
     [
         # A message that asks nobody leaves the floor as it was (tries included).
-        (5.0, (), Priority(frozenset({"kai"}), T0 + 20, 1, frozenset({"kai"}))),
+        (5.0, (), Priority(frozenset({"kai"}), T0 + 20, 1, frozenset({"kai"}), T0)),
         # Those asked join those still waiting to answer; the floor lasts a window from the latest question.
-        (5.0, ("mio",), Priority(frozenset({"kai", "mio"}), T0 + 25, 1, frozenset({"kai"}))),
-        (5.0, ("kai",), Priority(frozenset({"kai"}), T0 + 25, 1)),  # asked again: its tries back
+        (5.0, ("mio",), Priority(frozenset({"kai", "mio"}), T0 + 25, 1, frozenset({"kai"}), T0)),
+        (5.0, ("kai",), Priority(frozenset({"kai"}), T0 + 25, 1, since_at=T0)),  # asked again: its tries back
         # After the window, a new floor, or none.
-        (20.0, ("mio",), Priority(frozenset({"mio"}), T0 + 40, 3)),
+        (20.0, ("mio",), Priority(frozenset({"mio"}), T0 + 40, 3, since_at=T0 + 20)),
         (20.0, (), None),
     ],
     ids=["asks-nobody", "asks-another", "asks-again", "new-floor", "lapsed"],
@@ -877,7 +891,7 @@ def test_a_pass_by_a_persona_not_addressed_is_no_try() -> None:
     state = hear(state, T0 + 1, addressed=("kai",))
     floor = state.priority
     state = let_go(state, "hana", held.id, T0 + 2)
-    assert state.priority == floor == Priority(frozenset({"kai"}), T0 + 21, 1)
+    assert state.priority == floor == Priority(frozenset({"kai"}), T0 + 21, 1, since_at=T0 + 1)
 
 
 def test_a_floor_past_its_window_no_longer_blocks(clock: FakeClock) -> None:
@@ -908,7 +922,7 @@ def test_a_nod_from_the_addressed_persona_does_not_end_its_priority() -> None:
     # The nod may answer an earlier message; the floor stays with the persona until it really answers.
     state = hear(channel(priority_window_s=20), T0, addressed=("kai",))
     state = said(state, KAI, Tier.AIZUCHI, T0 + 1)
-    assert state.priority == Priority(frozenset({"kai"}), T0 + 20, 1)
+    assert state.priority == Priority(frozenset({"kai"}), T0 + 20, 1, since_at=T0)
     assert refusal(_consume(state, Tier.REMARK, T0 + 2)).reason is R.PRIORITY
     assert refusal(_consume(state, Tier.AIZUCHI, T0 + 2)).reason is R.PRIORITY  # the floor comes before the nod
     speech(rules.speak(*_held_remark(state, "kai", T0 + 3), "my answer", T0 + 4))
@@ -1452,7 +1466,7 @@ def test_a_late_question_gives_the_floor_only_for_what_is_left_of_its_window(ago
     assert message.addressed == ("kai",)  # who it addressed is still part of the history
     assert (state.priority is not None) is floor
     if floor:
-        assert state.priority == Priority(frozenset({"kai"}), now - ago + 20, message.seq)
+        assert state.priority == Priority(frozenset({"kai"}), now - ago + 20, message.seq, since_at=now)
         assert refusal(_consume(state, Tier.REMARK, now)).reason is R.PRIORITY
     else:
         speech(_consume(state, Tier.REMARK, now))
