@@ -1,0 +1,150 @@
+"""An arbiter whose PostgreSQL listening connection dies (``arbiter.storage.pubsub``) notices it, says so, listens
+again, and its streams get every message another arbiter committed meanwhile, once and in order, even when nothing
+is said after: the server ending the connection (an error the process is told of), and a link that goes silent
+(told nothing at all; the listener sits behind a proxy that drops its bytes).
+
+Two arbiters on one database: A writes, B serves the stream whose listener dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import asyncpg
+import pytest
+
+from arbiter.storage import pubsub
+from arbiter.storage.liveness import Liveness
+from arbiter.storage.pubsub import LISTENER_NAME
+from tests.conftest import auth
+from tests.support.arbiters import serve
+from tests.support.events import read_until
+from tests.support.eventually import eventually
+from tests.support.proxy import tcp_proxy
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from tests.support.arbiters import Served
+    from tests.support.clock import FakeClock
+
+pytestmark = pytest.mark.postgres
+
+LOST = "lost the PostgreSQL listening connection"
+AGAIN = "listening again for other arbiter processes' events"
+CATCHING_UP = "catching up on seqs"
+
+
+def plain(url: str) -> str:
+    return url.replace("postgresql+asyncpg://", "postgresql://")
+
+
+async def listeners(database_url: str) -> list[asyncpg.Record]:
+    """The listening connections on the database: each one's backend pid and client port."""
+    conn = await asyncpg.connect(plain(database_url), timeout=5)
+    try:
+        return await conn.fetch(
+            "SELECT pid, client_port FROM pg_stat_activity"
+            " WHERE datname = current_database() AND application_name = $1",
+            LISTENER_NAME,
+        )
+    finally:
+        await conn.close()
+
+
+async def say_while_deaf_then_nothing(
+    a: Served, b: Served, cut: contextlib.AbstractAsyncContextManager[None], caplog: pytest.LogCaptureFixture
+) -> tuple[list[int], list[int]]:
+    """B's stream of the lobby from the start; a message heard; then, within ``cut`` (which kills B's listener),
+    three more said through A, and none after. The seqs said, and those B's stream sent once it caught up."""
+    service = a.arbiter.service
+    await service.ensure_channel("lobby")
+
+    async def say(text: str) -> int:
+        return (await service.record_message("lobby", author_id="u1", author_name="Yui", text=text)).seq
+
+    async with b.client.ws_connect("/v1/channels/lobby/events?after=0", headers=auth("hana")) as ws:
+        await read_until(ws, lambda event: event["type"] == "level")
+        said = [await say("before")]
+        events = await read_until(ws, lambda event: event["type"] == "message")
+        async with cut:
+            said += [await say(f"while B is deaf {n}") for n in range(3)]
+        # Nothing more is said: only the catch-up can bring them. The level follows them (the channel as it is now).
+        events += await read_until(ws, lambda event: event["type"] == "message" and event["message"]["seq"] == said[-1])
+        events += await read_until(ws, lambda event: event["type"] == "level", within=5)
+    assert any(CATCHING_UP in record.getMessage() for record in caplog.records), "the catch-up path was not taken"
+    return said, [event["message"]["seq"] for event in events if event["type"] == "message"]
+
+
+def timeline(caplog: pytest.LogCaptureFixture, since: float) -> str:
+    """When B said it lost its listener, and when it listened again, counted from ``since`` (for the report)."""
+    moments = {
+        name: next((r.created - since for r in caplog.records if text in r.getMessage()), None)
+        for name, text in (("lost", LOST), ("again", AGAIN))
+    }
+    return f"listener's death -> loss logged {moments['lost']:.2f}s, listening again {moments['again']:.2f}s"
+
+
+async def test_a_listener_the_server_ends_is_replaced_and_its_streams_catch_up(
+    postgres_url: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="arbiter")
+    async with serve(postgres_url, clock=clock) as a, serve(postgres_url, clock=clock) as b:
+        before = {row["pid"] for row in await listeners(postgres_url)}
+        assert len(before) == 2
+        since = 0.0
+
+        @contextlib.asynccontextmanager
+        async def terminated() -> AsyncIterator[None]:
+            nonlocal since
+            conn = await asyncpg.connect(plain(postgres_url), timeout=5)
+            try:
+                since = time.time()
+                # Both arbiters' (B's is not told apart here): A's own messages reach its streams anyway.
+                ended = await conn.fetch("SELECT pg_terminate_backend(pid, 5000) FROM unnest($1::int[]) pid", before)
+                assert all(row[0] for row in ended)
+            finally:
+                await conn.close()
+            yield
+
+        said, seen = await say_while_deaf_then_nothing(a, b, terminated(), caplog)
+        assert seen == said
+
+        async def both_listen_again() -> bool:
+            after = {row["pid"] for row in await listeners(postgres_url)}
+            return len(after) == 2 and not before & after  # on new connections
+
+        await eventually(both_listen_again, what="both arbiters to listen again", every=0.1)
+    print(timeline(caplog, since))
+
+
+async def test_a_listener_whose_link_goes_silent_is_given_up_and_replaced_and_its_streams_catch_up(
+    postgres_url: str, clock: FakeClock, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    caplog.set_level(logging.INFO, logger="arbiter")
+    # Quick to notice here (a probe every 0.2 s, given up after 0.5 s unanswered), so the test takes a second.
+    monkeypatch.setattr(pubsub, "LIVENESS", Liveness(probe_every_s=0.2, timeout_s=0.5, retry_first_s=0.1))
+    address = urlsplit(postgres_url)
+    assert address.hostname is not None and address.port is not None
+    async with tcp_proxy(address.hostname, address.port) as proxy:
+        proxied = postgres_url.replace(f"@{address.hostname}:{address.port}/", f"@127.0.0.1:{proxy.port}/")
+        assert proxied != postgres_url
+        async with serve(postgres_url, clock=clock) as a, serve(proxied, clock=clock) as b:
+            since = 0.0
+
+            @contextlib.asynccontextmanager
+            async def silenced() -> AsyncIterator[None]:
+                nonlocal since
+                since = time.time()
+                # B's listener is the one that came through the proxy (A's did not).
+                assert [row for row in await listeners(postgres_url) if proxy.silence(row["client_port"])]
+                yield
+
+            said, seen = await say_while_deaf_then_nothing(a, b, silenced(), caplog)
+            assert seen == said
+            assert any(LOST in r.getMessage() and "no answer to a round trip" in r.getMessage() for r in caplog.records)
+    print(timeline(caplog, since))
