@@ -3,14 +3,17 @@ again, and its streams get every message another arbiter committed meanwhile, on
 is said after: the server ending the connection (an error the process is told of), and a link that goes silent
 (told nothing at all; the listener sits behind a proxy that drops its bytes).
 
-Two arbiters on one database: A writes, B serves the stream whose listener dies.
+Two arbiters on one database: A writes, B serves the streams whose listener dies (an event stream, and a wake-up
+socket of the reference design's agents, one frame per message).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -56,28 +59,49 @@ async def listeners(database_url: str) -> list[asyncpg.Record]:
         await conn.close()
 
 
+@dataclass
+class Caught:
+    said: list[str]  # the texts said, in order
+    seqs: list[int]  # their seqs
+    streamed: list[int]  # the seqs B's event stream sent
+    woken: list[str]  # the texts of the frames B's wake-up socket sent
+
+
 async def say_while_deaf_then_nothing(
     a: Served, b: Served, cut: contextlib.AbstractAsyncContextManager[None], caplog: pytest.LogCaptureFixture
-) -> tuple[list[int], list[int]]:
-    """B's stream of the lobby from the start; a message heard; then, within ``cut`` (which kills B's listener),
-    three more said through A, and none after. The seqs said, and those B's stream sent once it caught up."""
+) -> Caught:
+    """B's stream of the lobby from the start, and a wake-up socket; a message heard; then, within ``cut`` (which
+    kills B's listener), three more said through A, and none after."""
     service = a.arbiter.service
     await service.ensure_channel("lobby")
+    caught = Caught([], [], [], [])
 
-    async def say(text: str) -> int:
-        return (await service.record_message("lobby", author_id="u1", author_name="Yui", text=text)).seq
+    async def say(text: str) -> None:
+        caught.said.append(text)
+        caught.seqs.append((await service.record_message("lobby", author_id="u1", author_name="Yui", text=text)).seq)
 
-    async with b.client.ws_connect("/v1/channels/lobby/events?after=0", headers=auth("hana")) as ws:
+    async with (
+        b.client.ws_connect("/v1/channels/lobby/events?after=0", headers=auth("hana")) as ws,
+        b.client.ws_connect("/channels/lobby/ws", headers=auth("hana")) as wake,
+    ):
         await read_until(ws, lambda event: event["type"] == "level")
-        said = [await say("before")]
+        await say("before")
         events = await read_until(ws, lambda event: event["type"] == "message")
         async with cut:
-            said += [await say(f"while B is deaf {n}") for n in range(3)]
+            for n in range(3):
+                await say(f"while B is deaf {n}")
         # Nothing more is said: only the catch-up can bring them. The level follows them (the channel as it is now).
-        events += await read_until(ws, lambda event: event["type"] == "message" and event["message"]["seq"] == said[-1])
+        events += await read_until(
+            ws, lambda event: event["type"] == "message" and event["message"]["seq"] == caught.seqs[-1]
+        )
         events += await read_until(ws, lambda event: event["type"] == "level", within=5)
+        while len(caught.woken) < len(caught.said):
+            caught.woken.append(json.loads(await wake.receive_str(timeout=5))["message"]["message"])
+        with contextlib.suppress(TimeoutError):
+            caught.woken.append(await wake.receive_str(timeout=0.3))  # one too many: a repeat
     assert any(CATCHING_UP in record.getMessage() for record in caplog.records), "the catch-up path was not taken"
-    return said, [event["message"]["seq"] for event in events if event["type"] == "message"]
+    caught.streamed = [event["message"]["seq"] for event in events if event["type"] == "message"]
+    return caught
 
 
 def timeline(caplog: pytest.LogCaptureFixture, since: float) -> str:
@@ -111,8 +135,9 @@ async def test_a_listener_the_server_ends_is_replaced_and_its_streams_catch_up(
                 await conn.close()
             yield
 
-        said, seen = await say_while_deaf_then_nothing(a, b, terminated(), caplog)
-        assert seen == said
+        caught = await say_while_deaf_then_nothing(a, b, terminated(), caplog)
+        assert caught.streamed == caught.seqs
+        assert caught.woken == caught.said
 
         async def both_listen_again() -> bool:
             after = {row["pid"] for row in await listeners(postgres_url)}
@@ -144,7 +169,8 @@ async def test_a_listener_whose_link_goes_silent_is_given_up_and_replaced_and_it
                 assert [row for row in await listeners(postgres_url) if proxy.silence(row["client_port"])]
                 yield
 
-            said, seen = await say_while_deaf_then_nothing(a, b, silenced(), caplog)
-            assert seen == said
+            caught = await say_while_deaf_then_nothing(a, b, silenced(), caplog)
+            assert caught.streamed == caught.seqs
+            assert caught.woken == caught.said
             assert any(LOST in r.getMessage() and "no answer to a round trip" in r.getMessage() for r in caplog.records)
     print(timeline(caplog, since))
