@@ -9,9 +9,10 @@ whenever a frame arrives, whatever it says. This serves them, unchanged, on the 
 Each frame is the reference's ``notify()`` payload, byte for byte as its ``JSON.stringify`` writes it:
 ``{"type":"newMessage","message":{"from":"<member id or person's name>","message":"<text>"}}``; only new messages,
 as there (not edits, deletions or refunds); those said through another arbiter process while this one did not hear
-it (its PostgreSQL listening connection lost) come once it listens again, read from the history. Any token may listen (a persona's, an agent's, the admin's), with at most
-``mcp_sessions_per_token`` sockets open at once per token. MCP clients hear the same through resource notifications
-(``arbiter.mcp.watch``); this is for those that listen to nothing else.
+it (its PostgreSQL listening connection lost) come once it listens again, read from the history. Any token may
+listen (a persona's, an agent's, the admin's), with at most ``mcp_sessions_per_token`` sockets open at once per
+token. MCP clients hear the same through resource notifications (``arbiter.mcp.watch``); this is for those that
+listen to nothing else.
 """
 
 from __future__ import annotations

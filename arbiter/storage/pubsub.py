@@ -278,17 +278,19 @@ class PostgresRelay:
         # Parts that came before a lost connection will never be completed.
         self._parts.clear()
         self._skipped.clear()
-        # Named in pg_stat_activity, where its last query (the round trips' SELECT 1) no longer says it listens: an
-        # operator, or a test cutting this one connection, finds it by this name. The server gives it up too if the
-        # link dies (``Liveness.server_side``).
-        for statement in [f"SET application_name = '{LISTENER_NAME}'", *self._liveness.server_side()]:
-            await driver.execute(statement, timeout=self._liveness.timeout_s)
-        await driver.add_listener(NOTIFY_CHANNEL, self._on_notify)
-        self._hearing(True)
-        self._listening = driver
-        rounds = asyncio.create_task(self._rounds(driver, lost), name="aizuchi-pg-rounds")
+        rounds: asyncio.Task[None] | None = None
         since = time.monotonic()
         try:
+            # Named in pg_stat_activity, where its last query (the round trips' SELECT 1) no longer says it listens:
+            # an operator, or a test cutting this one connection, finds it by this name. The server gives it up too
+            # if the link dies (``Liveness.server_side``).
+            for statement in [f"SET application_name = '{LISTENER_NAME}'", *self._liveness.server_side()]:
+                await driver.execute(statement, timeout=self._liveness.timeout_s)
+            await driver.add_listener(NOTIFY_CHANNEL, self._on_notify)
+            self._hearing(True)
+            self._listening = driver
+            rounds = asyncio.create_task(self._rounds(driver, lost), name="aizuchi-pg-rounds")
+            since = time.monotonic()
             self._connected.set()
             if deaf_since is None:
                 _log.debug("listening for events from other arbiter processes")
@@ -301,11 +303,15 @@ class PostgresRelay:
                 )
                 self._catch_up()
             await lost.wait()
+        except Exception:
+            lost.set()  # (a step of the set-up failed, or timed out): not to be handed out again either
+            raise
         finally:
             self._listening = None
-            rounds.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await rounds
+            if rounds is not None:
+                rounds.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await rounds
             self._answer(self._waiting, caught_up=False)
             self._waiting = []
             self._hearing(False)  # what comes until it listens again goes unheard
@@ -313,7 +319,7 @@ class PostgresRelay:
                 # Dropped, not handed back to the pool, which would hand out a connection that stopped answering.
                 driver.terminate()
                 await conn.invalidate()
-            else:  # going back to the pool: no longer the listener
+            else:  # cancelled (closing): back to the pool, no longer the listener
                 with contextlib.suppress(Exception):
                     await driver.execute("RESET ALL", timeout=self._liveness.timeout_s)
         return since
