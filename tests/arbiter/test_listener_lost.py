@@ -114,9 +114,12 @@ def timeline(caplog: pytest.LogCaptureFixture, since: float) -> str:
 
 
 async def test_a_listener_the_server_ends_is_replaced_and_its_streams_catch_up(
-    postgres_url: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
+    postgres_url: str, clock: FakeClock, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     caplog.set_level(logging.INFO, logger="arbiter")
+    # Told at once, it would listen again after 0.5 s: a second, here, so that A's three messages are all said
+    # before (the catch-up then has to bring them all).
+    monkeypatch.setattr(pubsub, "LIVENESS", Liveness(retry_first_s=1.0))
     async with serve(postgres_url, clock=clock) as a, serve(postgres_url, clock=clock) as b:
         before = {row["pid"] for row in await listeners(postgres_url)}
         assert len(before) == 2
@@ -151,8 +154,8 @@ async def test_a_listener_whose_link_goes_silent_is_given_up_and_replaced_and_it
     postgres_url: str, clock: FakeClock, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     caplog.set_level(logging.INFO, logger="arbiter")
-    # Quick to notice here (a probe every 0.2 s, given up after 0.5 s unanswered), so the test takes a second.
-    monkeypatch.setattr(pubsub, "LIVENESS", Liveness(probe_every_s=0.2, timeout_s=0.5, retry_first_s=0.1))
+    # Quick to notice here (a probe every 0.2 s, given up after 1 s unanswered), so the test takes a second or two.
+    monkeypatch.setattr(pubsub, "LIVENESS", Liveness(probe_every_s=0.2, timeout_s=1.0, retry_first_s=0.1))
     address = urlsplit(postgres_url)
     assert address.hostname is not None and address.port is not None
     async with tcp_proxy(address.hostname, address.port) as proxy:
