@@ -1,7 +1,8 @@
 """Channel events and their in-process fan-out to subscribers (the event streams).
 
-Every event is one of ``arbiter.contract``'s event models (what the streams send), or a ``PersonaEvent``, which
-no stream sends: it keeps every arbiter process's registry of personas current.
+Every event is one of ``arbiter.contract``'s event models (what the streams send), or one that no stream sends: a
+``PersonaEvent`` keeps every arbiter process's registry of personas current, and a ``CatchUpEvent`` has a channel's
+feeds read from the history what another process's events, unheard, did not bring.
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ import logging
 from collections import defaultdict, deque
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
-from pydantic import Field, TypeAdapter
+from pydantic import BaseModel, Field, TypeAdapter
 
 from arbiter.contract import ArbiterEvent, PersonaInfoView
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable
 
-__all__ = ("Event", "EventHub", "PersonaEvent", "Subscription", "parse_any_event")
+__all__ = ("CatchUpEvent", "Event", "EventHub", "PersonaEvent", "Subscription", "parse_any_event")
 
 _log = logging.getLogger(__name__)
 
@@ -32,7 +33,19 @@ class PersonaEvent(PersonaInfoView):
     channel_id: Literal[""] = ""
 
 
-Event: TypeAlias = Annotated[ArbiterEvent | PersonaEvent, Field(discriminator="type")]
+class CatchUpEvent(BaseModel):
+    """This process did not hear the other arbiter processes for a while (its PostgreSQL listening connection was
+    lost: ``arbiter.storage.pubsub``), so the events they committed meanwhile never reached its streams: the
+    channel's last message seq, read once it listened again. No stream sends it: each feed of the channel reads the
+    messages after the last one it sent, up to this seq, from the history (as it does for a hole in the seqs); the
+    channel's level comes next, as a level event."""
+
+    type: Literal["catch_up"] = "catch_up"
+    channel_id: str
+    last_seq: int
+
+
+Event: TypeAlias = Annotated[ArbiterEvent | PersonaEvent | CatchUpEvent, Field(discriminator="type")]
 """Anything published on the hub."""
 
 _ANY_EVENT: TypeAdapter[Event] = TypeAdapter(Event)
@@ -136,6 +149,10 @@ class EventHub:
 
     def watching(self, channel_id: str) -> bool:
         return bool(self._subscribers.get(channel_id))
+
+    def watched(self) -> list[str]:
+        """The channels someone here follows now."""
+        return list(self._subscribers)
 
     def add_listener(self, listener: Callable[[Event], Any]) -> None:
         """Call ``listener(event)`` for every event published (used for the refund ticker)."""

@@ -7,7 +7,9 @@ channel nobody watches, so a change decided before the subscription would publis
 history. Every message is then either in what was read, or committed after the read and so among the events kept;
 those the replay already sent (seq up to the last one sent) are skipped. Live messages follow on one seq after
 another. Should one not come (its event lost with the connection that relays another arbiter process's events, or
-late from it), the next one shows the hole, and the feed reads what is missing from the history.
+late from it), the next one shows the hole, and the feed reads what is missing from the history. When that
+connection is lost, the next one may never come: once the process listens again, a ``CatchUpEvent`` names the
+channel's last seq, and the feed reads the messages up to it the same way (``catch_up``).
 
 A feed that falls behind the live events is dropped by the hub at once, with nothing after the last event it
 got: ``last_seq`` is where the client resumes (``?after=``) and loses nothing: the last message seq it handed out, or
@@ -20,7 +22,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from arbiter import contract as wire
-from arbiter.events import PersonaEvent
+from arbiter.core.errors import ArbiterError
+from arbiter.events import CatchUpEvent, PersonaEvent
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -28,7 +31,7 @@ if TYPE_CHECKING:
     from arbiter.events import EventHub, Subscription
     from arbiter.service import ArbiterService
 
-__all__ = ("ChannelFeed",)
+__all__ = ("ChannelFeed", "catch_up")
 
 _log = logging.getLogger(__name__)
 
@@ -127,6 +130,19 @@ class ChannelFeed:
         while (event := await subscription.next()) is not None:
             if isinstance(event, PersonaEvent):
                 continue  # never here: the hub routes by channel id, and a persona event's ("") is no channel's
+            if isinstance(event, CatchUpEvent):
+                if event.last_seq > self.last_seq:
+                    _log.info(
+                        "channel=%s: catching up on seqs %d-%d from the history",
+                        self.channel_id,
+                        self.last_seq + 1,
+                        event.last_seq,
+                    )
+                    async for message in self._replay(self.last_seq, before=event.last_seq + 1):
+                        yield self._sent(message)
+                    # As at the start: what the history no longer had up to that seq is no longer said.
+                    self.last_seq = event.last_seq
+                continue
             if isinstance(event, wire.MessageEvent):
                 seq = event.message.seq
                 if seq <= self.last_seq:
@@ -158,3 +174,19 @@ class ChannelFeed:
             if not page.has_more:
                 return
             after = page.next_after
+
+
+async def catch_up(service: ArbiterService, hub: EventHub) -> None:
+    """Every feed here catches up on what other arbiter processes committed while this one did not hear them (see
+    ``CatchUpEvent``): called once the relay listens again, so every commit after the read below is heard.
+
+    Each channel followed here is told its last seq and its level as the database has them now: a feed reads the
+    messages it lacks up to that seq from the history, in order, and skips them when their events come after all
+    (notifications heard since it listens again: their seqs are at most that one, and already sent)."""
+    for channel_id in hub.watched():
+        try:
+            level, last_seq = await service.stream_start(channel_id)
+        except ArbiterError as error:  # deleted meanwhile, or the database is out of reach again
+            _log.info("channel=%s: no catching up: %s", channel_id, error)
+            continue
+        hub.publish([CatchUpEvent(channel_id=channel_id, last_seq=last_seq), level])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import secrets
@@ -18,6 +19,7 @@ from arbiter.api.auth import TokenAuth
 from arbiter.api.errors import unquoted_bad_requests
 from arbiter.core.images import ImageBounds
 from arbiter.events import EventHub
+from arbiter.feed import catch_up
 from arbiter.mcp.kept import KeptSessions, SessionLimits
 from arbiter.mcp.route import McpEndpoint, add_mcp_routes
 from arbiter.mcp.wake import WakeSockets, add_wake_routes
@@ -108,6 +110,8 @@ async def open_arbiter(
         )
         await service.load_personas()
         hub.add_listener(service.registry.on_event)
+        if storage.relay is not None:
+            storage.relay.heard_again = functools.partial(_heard_again, service, hub)
         ticker = RefundTicker(service, hub, clock)
         stack.callback(ticker.close)
         limits = SessionLimits(settings.mcp_sessions_per_token, settings.mcp_session_idle_s)
@@ -116,6 +120,13 @@ async def open_arbiter(
         add_mcp_routes(app, McpEndpoint(service, hub, kept, package_version()))
         add_wake_routes(app, WakeSockets(service, hub, per_token=limits.per_token))
         yield Arbiter(settings, service, hub, app)
+
+
+async def _heard_again(service: ArbiterService, hub: EventHub) -> None:
+    """What another arbiter process committed while this one's relay did not listen, caught up on once it does: the
+    personas it registered, and every stream's messages and levels."""
+    await catch_up(service, hub)
+    await service.load_personas()
 
 
 @dataclass(frozen=True, slots=True)

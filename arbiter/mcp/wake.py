@@ -8,9 +8,11 @@ whenever a frame arrives, whatever it says. This serves them, unchanged, on the 
 
 Each frame is the reference's ``notify()`` payload, byte for byte as its ``JSON.stringify`` writes it:
 ``{"type":"newMessage","message":{"from":"<member id or person's name>","message":"<text>"}}``; only new messages,
-as there (not edits, deletions or refunds). Any token may listen (a persona's, an agent's, the admin's), with at most
-``mcp_sessions_per_token`` sockets open at once per token. MCP clients hear the same through resource notifications
-(``arbiter.mcp.watch``); this is for those that listen to nothing else.
+as there (not edits, deletions or refunds); those said through another arbiter process while this one did not hear
+it (its PostgreSQL listening connection lost) come once it listens again, read from the history. Any token may
+listen (a persona's, an agent's, the admin's), with at most ``mcp_sessions_per_token`` sockets open at once per
+token. MCP clients hear the same through resource notifications (``arbiter.mcp.watch``); this is for those that
+listen to nothing else.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from arbiter import contract as wire
 from arbiter.api.errors import error_response
 from arbiter.api.openapi import WAKE_PATHS
 from arbiter.api.routes import AUTH, check_path
+from arbiter.core.errors import ArbiterError
+from arbiter.events import CatchUpEvent
 from arbiter.mcp.tools import history_entries
 
 if TYPE_CHECKING:
@@ -42,6 +46,9 @@ _log = logging.getLogger(__name__)
 # Pings every so many seconds: a peer gone without closing (a laptop shut) is noticed, and its slot under the
 # per-token cap freed. The reference's agents (npm ws) answer pings by themselves.
 HEARTBEAT_S = 30.0
+# The most frames sent for messages missed while not hearing another arbiter process: each only wakes the agent,
+# which reads the history anyway.
+_CATCH_UP = 20
 _SHUTTING_DOWN = b"the arbiter is shutting down"  # the close reason
 
 
@@ -102,14 +109,15 @@ class WakeSockets:
         # channel's events only while someone subscribes, and stream_start waits for what was begun before.
         subscription = self._hub.subscribe(channel_id)
         try:
-            await self._service.stream_start(channel_id)  # an unknown channel: NotFound, a 404 before the upgrade
+            # An unknown channel: NotFound, a 404 before the upgrade.
+            _level, last_seq = await self._service.stream_start(channel_id)
             socket = web.WebSocketResponse(heartbeat=HEARTBEAT_S)
             await socket.prepare(request)
         except BaseException:
             subscription.close()
             raise
         self._sockets.add(socket)
-        sender = asyncio.create_task(self._send(socket, subscription), name=f"wake-{channel_id}")
+        sender = asyncio.create_task(self._send(socket, subscription, last_seq), name=f"wake-{channel_id}")
         try:
             async for _message in socket:
                 pass  # one-way: reading answers pings and notices the client leaving
@@ -121,12 +129,26 @@ class WakeSockets:
             subscription.close()  # the sender's own, if it was cancelled before it began
         return socket
 
-    async def _send(self, socket: web.WebSocketResponse, subscription: Subscription) -> None:
+    async def _send(self, socket: web.WebSocketResponse, subscription: Subscription, seen: int) -> None:
+        """``seen``: the last seq before the socket opened; then the last one it was sent a frame for."""
         while True:
             try:
                 async for event in subscription:
                     if isinstance(event, wire.MessageEvent):
+                        seen = max(seen, event.message.seq)
                         await socket.send_str(wake_frame(event.message))
+                    elif isinstance(event, CatchUpEvent) and event.last_seq > seen:
+                        # Said through another arbiter process while this one did not hear it: one frame each, as
+                        # their events would have brought (read from the history).
+                        try:
+                            page = await self._service.history(event.channel_id, after=seen, limit=_CATCH_UP)
+                        except ArbiterError as error:  # out of reach again: the next message wakes it
+                            _log.info("channel=%s: no wake-up for missed messages: %s", event.channel_id, error)
+                            continue
+                        for message in page.messages:
+                            if message.seq <= event.last_seq:
+                                await socket.send_str(wake_frame(message))
+                        seen = event.last_seq
             except ConnectionResetError:
                 return  # the client is gone; the reader notices too and ends the handler
             finally:

@@ -14,6 +14,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from arbiter import contract as wire
+from arbiter.events import CatchUpEvent
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -24,8 +25,16 @@ __all__ = ("HistoryWatch",)
 
 _log = logging.getLogger(__name__)
 
-# What changes a channel's history: a message said, taken back, edited, deleted, or all of them cleared.
-_HISTORY_EVENTS = (wire.MessageEvent, wire.RetractedEvent, wire.EditedEvent, wire.DeletedEvent, wire.ClearedEvent)
+# What changes a channel's history: a message said, taken back, edited, deleted, or all of them cleared; or what may
+# have, unheard (another arbiter process's events, while this one did not listen).
+_HISTORY_EVENTS = (
+    wire.MessageEvent,
+    wire.RetractedEvent,
+    wire.EditedEvent,
+    wire.DeletedEvent,
+    wire.ClearedEvent,
+    CatchUpEvent,
+)
 
 
 class HistoryWatch:

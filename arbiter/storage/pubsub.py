@@ -18,18 +18,20 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
 from arbiter.events import parse_any_event
+from arbiter.storage.liveness import Liveness, connection_gone
 from arbiter.storage.writer import NOTIFY_CHANNEL
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Coroutine, Mapping, Sequence
 
-    from sqlalchemy.ext.asyncio import AsyncEngine
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
     from arbiter.events import Event
 
@@ -43,11 +45,10 @@ _MAX_PAYLOAD = 7_900
 # stays under the limit with its envelope.
 _PART = 1_500
 LISTENER_NAME = "aizuchi listener"  # the listening connection's application_name
-# How long a read waits for the round trip on the listening connection before it reads the channel's version.
-_ROUND_TRIP_S = 5.0
 # Channels' versions per notification: ids are at most 64 characters (ASCII), versions at most 19 digits, so these
 # take under half of one.
 _VERSIONS_PER_NOTIFICATION = 40
+LIVENESS = Liveness()  # how a listening connection that died silently is noticed (a test makes it quicker)
 
 
 class PostgresRelay:
@@ -59,10 +60,12 @@ class PostgresRelay:
         *,
         changed: Callable[[Mapping[str, int]], None] = lambda _versions: None,
         hearing: Callable[[bool], None] = lambda _listening: None,
+        liveness: Liveness | None = None,
     ) -> None:
         """``watching(channel_id)``: whether anyone in this process follows the channel's events. ``changed``: told
         the versions another process saved channels at; ``hearing``: told when the listening connection is up (and
-        so every change is heard from then on) and when it is lost."""
+        so every change is heard from then on) and when it is lost. ``liveness``: how a connection that died
+        silently is noticed, and how soon it is replaced (``LIVENESS`` by default)."""
         self._engine = engine
         self._publish = publish
         self._watching = watching
@@ -79,6 +82,12 @@ class PostgresRelay:
         self._waiting: list[asyncio.Future[bool]] = []
         self._round_wanted = asyncio.Event()
         self._listening: asyncpg.Connection | None = None
+        self._liveness = liveness or LIVENESS
+        self._lost_because = ""
+        # Called (as a task) each time it listens again after a loss: the events other processes committed meanwhile
+        # were never heard here, so the streams must read them from the database.
+        self.heard_again: Callable[[], Coroutine[Any, Any, None]] | None = None
+        self._catching_up: set[asyncio.Task[None]] = set()
 
     def payloads(self, events: Sequence[Event], versions: Mapping[str, int]) -> list[str]:
         """A transaction's events, and the versions it saved its channels at, in as few notifications as fit: each
@@ -146,23 +155,29 @@ class PostgresRelay:
         self._round_wanted.set()
         return await waiter
 
-    async def _rounds(self, driver: asyncpg.Connection) -> None:
-        """The round trips ``caught_up`` waits for, one at a time, on the listening connection."""
+    async def _rounds(self, driver: asyncpg.Connection, lost: asyncio.Event) -> None:
+        """The round trips ``caught_up`` waits for, one at a time, on the listening connection; and, when none was
+        asked for a while, one as a probe (``Liveness``). One that fails because the connection is gone (or goes
+        unanswered: the link died silently) sets ``lost``, and ends this task."""
         while True:
-            await self._round_wanted.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._round_wanted.wait(), self._liveness.probe_every_s)
             self._round_wanted.clear()
             waiting, self._waiting = self._waiting, []
             try:
-                # As cheap a command as the server answers (asyncpg fails on an empty query). A link to the database
-                # that stalls must not hold the reads up for long: they read what they need instead.
-                await driver.execute("SELECT 1", timeout=_ROUND_TRIP_S)
+                # As cheap a command as the server answers (asyncpg fails on an empty query).
+                await driver.execute("SELECT 1", timeout=self._liveness.timeout_s)
             except BaseException as error:
                 # Whatever it was, the reads waiting must not wait forever: they read what they need instead.
                 self._answer(waiting, caught_up=False)
                 if not isinstance(error, (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)):
                     raise  # (TimeoutError is an OSError)
+                if connection_gone(error):
+                    self._lost_because = f"no answer to a round trip: {error!r}"
+                    lost.set()
+                    return
                 _log.info("no round trip on the listening connection (%s): reads check versions", error)
-                continue  # the next reads try again; a lost connection ends this task
+                continue
             self._answer(waiting, caught_up=True)
 
     @staticmethod
@@ -176,10 +191,11 @@ class PostgresRelay:
         await asyncio.wait_for(self._connected.wait(), timeout=30)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in [self._task, *self._catching_up]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         if payload.startswith(self._own):
@@ -229,45 +245,94 @@ class PostgresRelay:
         return "".join(parts)
 
     async def _listen_forever(self) -> None:
-        delay = 0.5
+        delay = self._liveness.retry_first_s
+        deaf_since: float | None = None  # when the last listening connection was lost (None: never was)
         while True:
             try:
                 async with self._engine.connect() as conn:
-                    raw = await conn.get_raw_connection()
-                    driver = raw.driver_connection
-                    assert driver is not None
-                    lost = asyncio.Event()
-                    driver.add_termination_listener(lambda _c, lost=lost: lost.set())
-                    # Parts that came before a lost connection will never be completed.
-                    self._parts.clear()
-                    self._skipped.clear()
-                    await driver.add_listener(NOTIFY_CHANNEL, self._on_notify)
-                    # Named in pg_stat_activity, where its last query (the round trips' SELECT 1) no longer says it
-                    # listens: an operator, or a test cutting this one connection, finds it by this name.
-                    await driver.execute(f"SET application_name = '{LISTENER_NAME}'")
-                    self._hearing(True)
-                    self._listening = driver
-                    rounds = asyncio.create_task(self._rounds(driver), name="aizuchi-pg-rounds")
-                    try:
-                        self._connected.set()
-                        delay = 0.5
-                        _log.debug("listening for events from other arbiter processes")
-                        await lost.wait()
-                    finally:
-                        self._listening = None
-                        rounds.cancel()
-                        with contextlib.suppress(asyncio.CancelledError):
-                            await rounds
-                        self._answer(self._waiting, caught_up=False)
-                        self._waiting = []
-                        self._hearing(False)  # what comes until it listens again goes unheard
-                        if not lost.is_set():  # going back to the pool: no longer the listener
-                            with contextlib.suppress(Exception):
-                                await driver.execute("RESET application_name")
-                    _log.warning("lost the PostgreSQL listen connection; reconnecting")
+                    since = await self._listen_on(conn, deaf_since)
+                deaf_since = time.monotonic()
+                delay = self._liveness.retry_first_s
+                _log.warning(
+                    "lost the PostgreSQL listening connection after %.1fs (%s): not hearing other arbiter processes'"
+                    " events; reads check versions; listening again in %.1fs",
+                    deaf_since - since,
+                    self._lost_because,
+                    delay,
+                )
             except asyncio.CancelledError:
                 raise
             except Exception as error:
                 _log.warning("cannot listen for events (%s); retrying in %.1fs", error, delay)
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 10.0)
+            delay = self._liveness.next_retry(delay)
+
+    async def _listen_on(self, conn: AsyncConnection, deaf_since: float | None) -> float:
+        """Listen on ``conn`` until it is lost (then return when it began listening), or until cancelled."""
+        raw = await conn.get_raw_connection()
+        driver = raw.driver_connection
+        assert driver is not None
+        lost = asyncio.Event()
+        self._lost_because = "the server or the network closed it"
+        driver.add_termination_listener(lambda _c: lost.set())
+        # Parts that came before a lost connection will never be completed.
+        self._parts.clear()
+        self._skipped.clear()
+        rounds: asyncio.Task[None] | None = None
+        since = time.monotonic()
+        try:
+            # Named in pg_stat_activity, where its last query (the round trips' SELECT 1) no longer says it listens:
+            # an operator, or a test cutting this one connection, finds it by this name. The server gives it up too
+            # if the link dies (``Liveness.server_side``).
+            for statement in [f"SET application_name = '{LISTENER_NAME}'", *self._liveness.server_side()]:
+                await driver.execute(statement, timeout=self._liveness.timeout_s)
+            await driver.add_listener(NOTIFY_CHANNEL, self._on_notify)
+            self._hearing(True)
+            self._listening = driver
+            rounds = asyncio.create_task(self._rounds(driver, lost), name="aizuchi-pg-rounds")
+            since = time.monotonic()
+            self._connected.set()
+            if deaf_since is None:
+                _log.debug("listening for events from other arbiter processes")
+            else:
+                # Warned of as its loss was: an operator who saw that one sees it end.
+                _log.warning(
+                    "listening again for other arbiter processes' events, after %.1fs deaf; streams catch up from"
+                    " the database",
+                    since - deaf_since,
+                )
+                self._catch_up()
+            await lost.wait()
+        except Exception:
+            lost.set()  # (a step of the set-up failed, or timed out): not to be handed out again either
+            raise
+        finally:
+            self._listening = None
+            if rounds is not None:
+                rounds.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await rounds
+            self._answer(self._waiting, caught_up=False)
+            self._waiting = []
+            self._hearing(False)  # what comes until it listens again goes unheard
+            if lost.is_set():
+                # Dropped, not handed back to the pool, which would hand out a connection that stopped answering.
+                driver.terminate()
+                await conn.invalidate()
+            else:  # cancelled (closing): back to the pool, no longer the listener
+                with contextlib.suppress(Exception):
+                    await driver.execute("RESET ALL", timeout=self._liveness.timeout_s)
+        return since
+
+    def _catch_up(self) -> None:
+        """Events of other processes were missed while not listening: the streams read them from the database."""
+        if self.heard_again is None:
+            return
+        task = asyncio.create_task(self.heard_again(), name="aizuchi-pg-catch-up")
+        self._catching_up.add(task)
+        task.add_done_callback(self._caught)
+
+    def _caught(self, task: asyncio.Task[None]) -> None:
+        self._catching_up.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            _log.error("streams could not catch up after listening again", exc_info=task.exception())

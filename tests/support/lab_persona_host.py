@@ -70,27 +70,36 @@ class Listener:
 async def speak(
     client: ArbiterClient, persona: str, channels: list[str], journal: Journal, *, pace: float, quiet: asyncio.Event
 ) -> None:
+    """Speak in every channel at once, each at its own pace, as a persona process's workers do: a call that hangs
+    (its arbiter cut off) holds up its channel only. Once told to be quiet, says so when its last call is answered."""
+    async with asyncio.TaskGroup() as group:
+        for channel in channels:
+            group.create_task(_speak_in(client, persona, channel, journal, pace=pace, quiet=quiet))
+    journal.write("quiet")
+
+
+async def _speak_in(
+    client: ArbiterClient, persona: str, channel: str, journal: Journal, *, pace: float, quiet: asyncio.Event
+) -> None:
     count = 0
     while not quiet.is_set():
-        for channel in channels:
-            count += 1
-            text = f"{persona} in {channel}, line {count}"
-            started = time.monotonic()
-            try:
-                result = await client.consume(channel, wire.ConsumeRequest(text=text, tier="remark"))
-            except ArbiterUnavailable as error:
-                journal.write("unavailable", channel=channel, error=str(error), took=time.monotonic() - started)
-            except ArbiterRejected as error:
-                journal.write("rejected", channel=channel, error=str(error), took=time.monotonic() - started)
+        count += 1
+        text = f"{persona} in {channel}, line {count}"
+        started = time.monotonic()
+        try:
+            result = await client.consume(channel, wire.ConsumeRequest(text=text, tier="remark"))
+        except ArbiterUnavailable as error:
+            journal.write("unavailable", channel=channel, error=str(error), took=time.monotonic() - started)
+        except ArbiterRejected as error:
+            journal.write("rejected", channel=channel, error=str(error), took=time.monotonic() - started)
+        else:
+            took = time.monotonic() - started
+            if result.granted and result.message is not None:
+                seq, level = result.message.seq, result.level
+                journal.write("ack", channel=channel, seq=seq, text=text, level=level, took=took)
             else:
-                took = time.monotonic() - started
-                if result.granted and result.message is not None:
-                    seq, level = result.message.seq, result.level
-                    journal.write("ack", channel=channel, seq=seq, text=text, level=level, took=took)
-                else:
-                    journal.write("refused", channel=channel, reason=result.reason, level=result.level, took=took)
-            await asyncio.sleep(pace)  # a persona's pace, not a wait for anything
-    journal.write("quiet")
+                journal.write("refused", channel=channel, reason=result.reason, level=result.level, took=took)
+        await asyncio.sleep(pace)  # a persona's pace, not a wait for anything
 
 
 async def main(args: argparse.Namespace, journal: Journal) -> None:

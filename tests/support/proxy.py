@@ -3,7 +3,8 @@ move to another server (a failover as a client sees it).
 
 While cut, every connection through it is dropped and each new one is closed as soon as it is accepted, so a client
 gets what it gets when the server cannot be reached (a failed fetch, a WebSocket that closes); the server itself,
-and whoever talks to it directly, carry on. ``restore`` lets connections through again.
+and whoever talks to it directly, carry on. ``restore`` lets connections through again. ``silence`` makes one
+connection go quiet instead: what either end sends is dropped, and neither is told (a link that died silently).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ class TcpProxy:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._pairs: list[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = []  # (client's, server's) ends
+        self._silenced: set[asyncio.StreamWriter] = set()
         self.cut_off = False
 
     @property
@@ -50,6 +53,15 @@ class TcpProxy:
 
     def restore(self) -> None:
         self.cut_off = False
+
+    def silence(self, server_side_port: int) -> bool:
+        """Drop everything sent either way on the connection whose end towards the server has this local port (the
+        client port the server sees), leaving both ends open and untold. False if no such connection is open."""
+        for client, server in self._pairs:
+            if server.get_extra_info("sockname")[1] == server_side_port:
+                self._silenced.update((client, server))
+                return True
+        return False
 
     def move_to(self, target_host: str, target_port: int) -> None:
         """Send new connections to another server, dropping those open (a load balancer failing over)."""
@@ -77,6 +89,8 @@ class TcpProxy:
             writer.transport.abort()
             return
         self._writers.update((writer, upstream_writer))
+        pair = (writer, upstream_writer)
+        self._pairs.append(pair)
         pipes = [
             asyncio.create_task(self._pipe(reader, upstream_writer)),
             asyncio.create_task(self._pipe(upstream_reader, writer)),
@@ -86,6 +100,8 @@ class TcpProxy:
             await asyncio.gather(*pipes, return_exceptions=True)
         finally:
             self._tasks.difference_update(pipes)
+            self._pairs.remove(pair)
+            self._silenced.difference_update(pair)
             for end in (writer, upstream_writer):
                 self._writers.discard(end)
                 end.transport.abort()
@@ -93,6 +109,8 @@ class TcpProxy:
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(ConnectionError):
             while data := await reader.read(_CHUNK):
+                if writer in self._silenced:
+                    continue  # lost on the way
                 writer.write(data)
                 await writer.drain()
         # One side is done: end the other too (the browser opens a new connection when it needs one).

@@ -9,15 +9,19 @@ import contextlib
 import json
 import logging
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
+import asyncpg
 import pytest
 
 from arbiter import contract as wire
 from arbiter.events import PersonaEvent
 from arbiter.storage.database import Database
+from arbiter.storage.liveness import Liveness, connection_gone
 from arbiter.storage.migrate import migrate
-from arbiter.storage.pubsub import PostgresRelay
+from arbiter.storage.pubsub import LISTENER_NAME, PostgresRelay
 from arbiter.storage.writer import NOTIFY_CHANNEL, pg_notify
+from tests.support.proxy import tcp_proxy
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
@@ -152,3 +156,62 @@ async def test_a_subscription_between_the_parts_of_a_skipped_event_gets_the_next
     assert events == [message("lobby", 2, LONG)]
     # The rest of the skipped one's parts were skipped too, not taken for a broken event.
     assert [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING] == []
+
+
+async def test_a_listener_whose_link_goes_silent_stops_hearing_and_listens_again(postgres_url: str) -> None:
+    # Told nothing (the proxy drops its bytes): only the probe can tell. Until it listens again, the writer is
+    # told it hears nothing (its reads check versions), and a read waiting for a round trip is not kept waiting.
+    # Quick, but not so quick that a busy machine's slow answer passes for a silent link.
+    liveness = Liveness(probe_every_s=0.2, timeout_s=1.0, retry_first_s=0.1)
+    address = urlsplit(postgres_url)
+    assert address.hostname is not None and address.port is not None
+    async with tcp_proxy(address.hostname, address.port) as proxy:
+        database = Database.open(postgres_url.replace(f":{address.port}/", f":{proxy.port}/"))
+        hearing: list[bool] = []
+        heard_again = asyncio.Event()
+
+        async def caught() -> None:
+            heard_again.set()
+
+        relay = PostgresRelay(
+            database.engine,
+            lambda _events: None,
+            hearing=hearing.append,
+            liveness=liveness,
+        )
+        relay.heard_again = caught
+        await relay.start()
+        try:
+            assert await relay.caught_up()
+            assert not heard_again.is_set()  # only after a loss
+            conn = await asyncpg.connect(postgres_url.replace("postgresql+asyncpg://", "postgresql://"), timeout=5)
+            try:
+                port = await conn.fetchval(
+                    "SELECT client_port FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND application_name = $1",
+                    LISTENER_NAME,
+                )
+            finally:
+                await conn.close()
+            assert proxy.silence(port)
+            assert not await relay.caught_up()  # unanswered: given up within the timeout, not left waiting
+            await asyncio.wait_for(heard_again.wait(), 5)
+            assert await relay.caught_up()
+        finally:
+            await relay.close()
+            await database.dispose()
+    assert hearing == [True, False, True, False]  # (the last: closed)
+
+
+def test_the_server_side_bounds_and_what_counts_as_a_lost_connection() -> None:
+    assert Liveness().server_side() == [
+        "SET tcp_keepalives_idle = 2",
+        "SET tcp_keepalives_interval = 1",
+        "SET tcp_keepalives_count = 3",
+        "SET tcp_user_timeout = 5000",
+    ]
+    for gone in (TimeoutError(), ConnectionResetError(), asyncpg.ConnectionDoesNotExistError("closed")):
+        assert connection_gone(gone)
+    assert not connection_gone(asyncpg.QueryCanceledError("canceling statement"))
+    with pytest.raises(ValueError):
+        Liveness(timeout_s=0)
