@@ -34,6 +34,7 @@ from arbiter.core.errors import ArbiterError
 from arbiter.storage import repository as repo
 from arbiter.storage.database import HeldConnection, PostgresDatabase, SqliteDatabase
 from arbiter.storage.errors import StorageError
+from arbiter.storage.gathering import Gathering
 from arbiter.storage.locked import LockedTx
 from arbiter.storage.optimistic import OptimisticTx
 from arbiter.storage.port import Step, StepTx
@@ -87,11 +88,11 @@ class BatchWriter:
         self._memory = Remembered(owned=owns_database)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = False
-        # SQLite: a thread and a thread-safe queue. PostgreSQL: a task and a list.
+        # SQLite: a thread and a thread-safe queue. PostgreSQL: a task and the operations gathering for its next batch.
         self._thread: threading.Thread | None = None
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._task: asyncio.Task[None] | None = None
-        self._pending: list[Op[Any]] = []
+        self._gathering = Gathering(max_batch)
         self._wake = asyncio.Event()
         self._held: HeldConnection | None = None  # PostgreSQL: the connection of the one-statement commits
         # PostgreSQL: once every notification committed before the call is heard (the relay's), True; False when
@@ -170,7 +171,7 @@ class BatchWriter:
         if self._thread is not None:
             self._inbox.put(op)
         else:
-            self._pending.append(op)
+            self._gathering.add(op)
             self._wake.set()
         return await future
 
@@ -208,19 +209,17 @@ class BatchWriter:
 
     async def _drive_task(self) -> None:
         optimistic = isinstance(self._database, PostgresDatabase)
+        gathering = self._gathering
+        loop = asyncio.get_running_loop()
         while True:
             await self._wake.wait()
             self._wake.clear()
-            while self._pending:
-                # Let the requests that have come in meanwhile (their bytes already read) join this batch: a commit
-                # costs about the same for one operation as for ten.
-                waiting = len(self._pending)
-                await asyncio.sleep(0)
-                while len(self._pending) > waiting and len(self._pending) < self._max_batch:
-                    waiting = len(self._pending)
-                    await asyncio.sleep(0)
-                batch = self._pending[: self._max_batch]
-                del self._pending[: self._max_batch]
+            while gathering.pending:
+                # A commit costs about the same for one operation as for ten: let the batch gather (arbiter.storage
+                # .gathering says for how long).
+                await gathering.gather(closing=self._closing)
+                batch = gathering.take()
+                started = loop.time()
                 try:
                     pending = [op for op in batch if not op.future.done()]
                     outcomes, events = await drive_async(
@@ -229,6 +228,7 @@ class BatchWriter:
                 except Exception as error:
                     # Whatever went wrong, this batch's callers must hear of it and the writer must go on.
                     outcomes, events = self._failed(batch, error)
+                gathering.committed(len(batch), loop.time() - started)
                 self._deliver(outcomes, events)
             if self._closing:
                 return
