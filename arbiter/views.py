@@ -147,53 +147,62 @@ def status_view(
     state: ChannelState, now: float, *, persona_id: str | None = None, display_name: str | None = None
 ) -> wire.StatusView:
     """The channel as ``persona_id`` sees it now (or as anyone does, without one): the pool, the floor, and for
-    each tier whether a claim would be granted, and if not why and when to try again."""
+    each tier whether a claim would be granted, and if not why and when to try again.
+
+    Built as plain values and validated once, not as a model per tier, refund and standing: a status is made at
+    every look of every persona, and each model built on its own is a call into pydantic (a dozen per status)."""
     settings = state.settings
     level = rules.level(state, now)
     you = claim = None
     if persona_id is not None:
         policy = settings.policy(persona_id)
-        you = wire.PersonaView(
-            enabled=policy.enabled, muted=policy.muted, display_name=display_name, cannot_post=policy.cannot_post
-        )
+        you = {
+            "enabled": policy.enabled,
+            "muted": policy.muted,
+            "display_name": display_name,
+            "cannot_post": policy.cannot_post,
+        }
         held = state.claim_of(persona_id, now)
         claim = None if held is None else claim_view(held, now)
     tiers = {}
     found = {} if persona_id is None else rules.verdicts(state, persona_id, now)
     for tier, rule in settings.tiers.items():
         verdict = found.get(tier)
-        tiers[tier] = wire.TierView(
-            cost=rule.cost,
-            max_length=rule.max_length,
-            recovery_s=rule.recovery_s,
-            affordable=rule.cost <= level,
-            may_claim=None if persona_id is None else verdict is None,
-            reason=None if verdict is None else verdict.reason,
-            detail=None if verdict is None else verdict.detail,
-            retry_after=None if verdict is None else verdict.retry_after,
-        )
+        tiers[tier] = {
+            "cost": rule.cost,
+            "max_length": rule.max_length,
+            "recovery_s": rule.recovery_s,
+            "affordable": rule.cost <= level,
+            "may_claim": None if persona_id is None else verdict is None,
+            "reason": None if verdict is None else verdict.reason,
+            "detail": None if verdict is None else verdict.detail,
+            "retry_after": None if verdict is None else verdict.retry_after,
+        }
     priority = state.priority if state.priority is not None and now < state.priority.until else None
-    return wire.StatusView(
-        channel_id=state.channel_id,
-        now=now,
-        level=level,
-        capacity=settings.capacity,
-        enabled=settings.enabled,
-        paused=settings.paused,
-        topic=settings.topic,
-        tiers=tiers,
-        refunds=_refunds(rules.refund_schedule(state, now)),
-        bot_streak=state.bot_streak,
-        idle_cap=settings.idle_cap,
-        priority=sorted(priority.persona_ids) if priority else [],
-        priority_until=priority.until if priority else None,
-        tokens_today=rules.tokens_today(state, now),
-        daily_token_budget=settings.daily_token_budget,
-        last_seq=state.last_seq,
-        stale_tolerance=settings.stale_tolerance,
-        claims_held=dict(Counter(claim.tier for claim in state.claims if claim.held(now))),
-        you=you,
-        claim=claim,
+    refunds = upcoming_refunds(rules.refund_schedule(state, now))
+    return wire.StatusView.model_validate(
+        {
+            "channel_id": state.channel_id,
+            "now": now,
+            "level": level,
+            "capacity": settings.capacity,
+            "enabled": settings.enabled,
+            "paused": settings.paused,
+            "topic": settings.topic,
+            "tiers": tiers,
+            "refunds": [{"at": at, "amount": amount} for at, amount in refunds],
+            "bot_streak": state.bot_streak,
+            "idle_cap": settings.idle_cap,
+            "priority": sorted(priority.persona_ids) if priority else [],
+            "priority_until": priority.until if priority else None,
+            "tokens_today": rules.tokens_today(state, now),
+            "daily_token_budget": settings.daily_token_budget,
+            "last_seq": state.last_seq,
+            "stale_tolerance": settings.stale_tolerance,
+            "claims_held": dict(Counter(claim.tier for claim in state.claims if claim.held(now))),
+            "you": you,
+            "claim": claim,
+        }
     )
 
 
