@@ -10,8 +10,7 @@ process on ``arbiter1`` and ``arbiter2``, a persona host (tests/support/lab_pers
 - the streams resume without gaps or duplicates: each host saw every message of every channel, in order, once
   (after ``settled``, which lets the streams catch up).
 
-tests/network/test_network_latency.py uses it; tests/network/test_network_cuts.py has its own copy of the same
-steps, from before this module.
+tests/network/test_network_cuts.py and tests/network/test_network_latency.py use it.
 """
 
 from __future__ import annotations
@@ -42,12 +41,25 @@ if TYPE_CHECKING:
 
     from tests.support.netns import Lab
 
-__all__ = ("HOSTS", "PERSONAS", "Fleet", "channels_homed", "check", "connect_ms", "lab_fleet", "more", "settled")
+__all__ = (
+    "ARBITERS",
+    "HOSTS",
+    "PERSONAS",
+    "PORT",
+    "Fleet",
+    "channels_homed",
+    "check",
+    "connect_ms",
+    "lab_fleet",
+    "more",
+    "settled",
+)
 
 ROOT = str(Path(__file__).resolve().parents[2])
 PORT = 8340
 PERSONAS = {"persona1": "hana", "persona2": "kai"}
-HOSTS = ("pg", "arbiter1", "arbiter2", *PERSONAS)
+ARBITERS = ("arbiter1", "arbiter2")
+HOSTS = ("pg", *ARBITERS, *PERSONAS)
 
 
 def channels_homed(prefix: str) -> list[str]:
@@ -70,6 +82,11 @@ class Fleet:
     capacity: int
     journals: dict[str, Path]
     hosts: dict[str, subprocess.Popen[bytes]]
+    workdir: Path
+
+    def log(self, host: str) -> str:
+        """What ``host``'s process (an arbiter or a persona host) has written to its log so far."""
+        return (self.workdir / f"{host}.log").read_text(errors="replace")
 
     def entries(self, host: str) -> list[dict[str, Any]]:
         text = self.journals[host].read_text() if self.journals[host].exists() else ""
@@ -121,7 +138,7 @@ async def lab_fleet(
     async with lab_postgres(lab, "pg") as database:
         url = database.replace("postgresql://", "postgresql+asyncpg://")
         # One after the other: the first migrates the new database.
-        urls = [await _start_arbiter(lab, host, url, workdir) for host in ("arbiter1", "arbiter2")]
+        urls = [await _start_arbiter(lab, host, url, workdir) for host in ARBITERS]
         async with aiohttp.ClientSession() as session:
             api = Api(session, {}, urls[0])
             for channel in channels:
@@ -134,7 +151,7 @@ async def lab_fleet(
             argv += ["--pace", "0.05", "--timeout", str(timeout_s)]
             hosts[host] = lab.spawn(host, argv, env=_environment(), cwd=workdir, log=workdir / f"{host}.log")
         journals = {host: workdir / f"{host}.jsonl" for host in PERSONAS}
-        yield Fleet(lab, database, urls, channels, int(settings["capacity"]), journals, hosts)
+        yield Fleet(lab, database, urls, channels, int(settings["capacity"]), journals, hosts, workdir)
 
 
 async def more(
