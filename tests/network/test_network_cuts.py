@@ -150,10 +150,11 @@ async def test_the_fleet_keeps_its_promises_while_links_fail(tmp_path: Path) -> 
                 f"LISTEN cut -> lost logged {noticed:.1f}s, listening again {again:.1f}s, server dropped {dropped:.1f}s"
             )
 
-            # The end: every host's stream reaches the last message of every channel, and no further (the hosts
-            # have been quiet since phase 4, their last calls answered).
+            # The end: every host's stream reaches the last message of every channel. Late: a call persona1 gave
+            # up on in phase 3 (its client timed out on the cut link) may still be granted once the link is back,
+            # after the hosts fell quiet; such a message may be missing from the end of a stream, nothing else.
             await settled(fleet)
-            await check(fleet)
+            await check(fleet, late=True)
 
 
 async def _logged(fleet: Fleet, line: str, after: dict[str, int], since: float) -> float:
