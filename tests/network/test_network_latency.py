@@ -18,6 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from tests.support.lab_fleet import HOSTS, Fleet, channels_homed, check, connect_ms, lab_fleet, more, settled
+from tests.support.lab_fleet import PORT as ARBITER_PORT
 from tests.support.lab_postgres import PORT as PG_PORT
 from tests.support.netns import Lab, require_delay
 
@@ -32,7 +33,6 @@ CAPACITY = 200
 SETTINGS = {"capacity": CAPACITY, "idle_cap": 1_000, "tiers": {"remark": {"cost": 10, "recovery_s": 3.0}}}
 TIMEOUT_S = 8.0
 DELAY_MS, JITTER_MS, LOSS_PERCENT = 60, 20, 3
-ARBITER_PORT = 8340
 
 
 def _took_ms(fleet: Fleet, host: str, channels: list[str], since: float) -> float:
