@@ -979,15 +979,16 @@ def _openai_error_type(status: int) -> str:
 
 
 def fake_profile(server: FakeLLMServer, provider: Api, **overrides: Any) -> ProviderProfile:
-    """The built-in profile of ``provider`` (its model, its extra_body) pointed at ``server``, with short timeouts
-    fit for tests; ``overrides`` change any field."""
+    """The built-in profile of ``provider`` (its model, its extra_body) pointed at ``server``, with few retries
+    and a short answer; ``overrides`` change any field. An attempt may take 10 s: on a loaded machine a turn of
+    three requests and two tool calls took over 2 s (tests of timeouts set their own)."""
     builtin = BUILTIN_PROFILES[provider].model_dump()
     settings: dict[str, Any] = {
         **builtin,
         "name": f"fake-{provider}",
         "base_url": server.anthropic_url if provider == "anthropic" else server.openai_url,
         "api_key_env": FAKE_KEY_ENV,
-        "timeout_s": 2.0,
+        "timeout_s": 10.0,
         "max_retries": 2,
         "max_tokens": 256,
     }
