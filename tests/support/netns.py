@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
 __all__ = ("CONTROL", "Lab", "delay_unavailable", "lab_unavailable", "require_delay", "require_lab")
 
@@ -72,18 +72,25 @@ def _probe() -> str | None:
     for tool in ("ip", "nft"):
         if shutil.which(tool) is None:
             return f"{tool} is not installed (iproute2 and nftables: apt-get install iproute2 nftables)"
+    return _fails_in_a_namespace(
+        lambda name: [
+            ("ip", "-n", name, "link", "add", "p0", "type", "veth", "peer", "name", "p1"),
+            ("ip", "netns", "exec", name, "nft", "add", "table", "inet", _TABLE),
+        ]
+    )
+
+
+def _fails_in_a_namespace(commands: Callable[[str], list[tuple[str, ...]]]) -> str | None:
+    """Why ``commands`` (given the name of a namespace made for them, and deleted after) cannot run, or None."""
     name = f"{_PREFIX}-probe-{uuid.uuid4().hex[:8]}"
     try:
         made = _run("ip", "netns", "add", name, check=False)
         if made.returncode != 0:
             return f"cannot make a network namespace: {made.stderr.strip()}"
-        for argv in (
-            ("ip", "-n", name, "link", "add", "p0", "type", "veth", "peer", "name", "p1"),
-            ("ip", "netns", "exec", name, "nft", "add", "table", "inet", _TABLE),
-        ):
+        for argv in commands(name):
             done = _run(*argv, check=False)
             if done.returncode != 0:
-                return f"{' '.join(argv[:6])}... failed: {done.stderr.strip()}"
+                return f"{' '.join(argv[:8])}... failed: {done.stderr.strip()[-300:]}"
     finally:
         _run("ip", "netns", "delete", name, check=False)
     return None
@@ -116,22 +123,26 @@ def _probe_delay() -> str | None:
         return "iptables-nft is not installed (apt-get install iptables)"
     if importlib.util.find_spec("netfilterqueue") is None:
         return "the NetfilterQueue package is not installed (make test installs it: libnetfilter-queue-dev, gcc)"
-    name = f"{_PREFIX}-probe-{uuid.uuid4().hex[:8]}"
     bind = "from netfilterqueue import NetfilterQueue as Q; q = Q(); q.bind(1, print); q.unbind()"
-    try:
-        made = _run("ip", "netns", "add", name, check=False)
-        if made.returncode != 0:
-            return f"cannot make a network namespace: {made.stderr.strip()}"
-        for argv in (
-            ("iptables-nft", "-A", "INPUT", "-j", "NFQUEUE", "--queue-num", "1", "--queue-bypass"),
-            (sys.executable, "-c", bind),
-        ):
-            done = _run("ip", "netns", "exec", name, *argv, check=False)
-            if done.returncode != 0:
-                return f"{' '.join(argv[:5])}... failed: {done.stderr.strip()[-300:]}"
-    finally:
-        _run("ip", "netns", "delete", name, check=False)
-    return None
+    return _fails_in_a_namespace(
+        lambda name: [
+            (
+                "ip",
+                "netns",
+                "exec",
+                name,
+                "iptables-nft",
+                "-A",
+                "INPUT",
+                "-j",
+                "NFQUEUE",
+                "--queue-num",
+                "1",
+                "--queue-bypass",
+            ),
+            ("ip", "netns", "exec", name, sys.executable, "-c", bind),
+        ]
+    )
 
 
 _PROBED_DELAY: list[str | None] = []
