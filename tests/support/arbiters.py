@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -145,12 +146,27 @@ async def serve(
 # --- a real arbiter process ------------------------------------------------------------------------------
 
 
+# Ports for processes given one in advance: below the kernel's ephemeral range (32768-60999 by default), from which
+# it hands out the ports of every socket bound to port 0 and every outgoing connection, so that none of those takes
+# a port between choosing it and the process binding it (seen in a full run: "port 34155 ... is already in use").
+# Each pytest-xdist worker has a block of its own.
+_PORT_BLOCKS = range(20_000, 32_000, 500)
+_next_ports = itertools.count()
+
+
 def free_port() -> int:
     """A port nothing listens on now, for a process that must come back on the same one (a restart)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    block = _PORT_BLOCKS[int(worker) % len(_PORT_BLOCKS) if worker.isdigit() else 0]
+    for _ in range(_PORT_BLOCKS.step):
+        port = block + next(_next_ports) % _PORT_BLOCKS.step
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # taken by something else: the next one
+            return port
+    raise RuntimeError(f"no free port in {block}-{block + _PORT_BLOCKS.step - 1}")
 
 
 @dataclass
