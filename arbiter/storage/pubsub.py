@@ -31,7 +31,7 @@ from arbiter.storage.writer import NOTIFY_CHANNEL
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Mapping, Sequence
 
-    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
     from arbiter.events import Event
 
@@ -66,7 +66,8 @@ class PostgresRelay:
         the versions another process saved channels at; ``hearing``: told when the listening connection is up (and
         so every change is heard from then on) and when it is lost. ``liveness``: how a connection that died
         silently is noticed, and how soon it is replaced (``LIVENESS`` by default)."""
-        self._engine = engine
+        # The listening connection is made from the engine's URL, outside its pool (see ``_listen_once``).
+        self._dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
         self._publish = publish
         self._watching = watching
         self._changed = changed
@@ -249,8 +250,7 @@ class PostgresRelay:
         deaf_since: float | None = None  # when the last listening connection was lost (None: never was)
         while True:
             try:
-                async with self._engine.connect() as conn:
-                    since = await self._listen_on(conn, deaf_since)
+                since = await self._listen_once(deaf_since)
                 deaf_since = time.monotonic()
                 delay = self._liveness.retry_first_s
                 _log.warning(
@@ -263,30 +263,60 @@ class PostgresRelay:
             except asyncio.CancelledError:
                 raise
             except Exception as error:
-                _log.warning("cannot listen for events (%s); retrying in %.1fs", error, delay)
+                # repr: a timeout's str is empty.
+                _log.warning("cannot listen for events (%r); retrying in %.1fs", error, delay)
             await asyncio.sleep(delay)
             delay = self._liveness.next_retry(delay)
 
-    async def _listen_on(self, conn: AsyncConnection, deaf_since: float | None) -> float:
-        """Listen on ``conn`` until it is lost (then return when it began listening), or until cancelled."""
-        raw = await conn.get_raw_connection()
-        driver = raw.driver_connection
-        assert driver is not None
-        lost = asyncio.Event()
-        self._lost_because = "the server or the network closed it"
-        driver.add_termination_listener(lambda _c: lost.set())
+    async def _listen_once(self, deaf_since: float | None) -> float:
+        """Connect, listen until the connection is lost (then return when it began listening), and drop it.
+
+        The connection is the relay's own, not one of the engine's pool: a checkout there waits behind the writer's
+        connections (up to 30 s, saying nothing, while each waits out its statement's bound on a cut link) and may
+        hand out an idle one whose link died; and one given up must be dropped, never reset or returned to a pool.
+        Each step of setting it up is bounded by the driver, and the whole by ``_set_up_bound_s`` whatever the
+        driver does inside: an attempt over a cut link fails within seconds, says so, and the next one is made."""
         # Parts that came before a lost connection will never be completed.
         self._parts.clear()
         self._skipped.clear()
+        driver: asyncpg.Connection | None = None
+        try:
+            async with asyncio.timeout(self._set_up_bound_s()):
+                driver = await asyncpg.connect(
+                    self._dsn,
+                    timeout=self._liveness.timeout_s,
+                    command_timeout=self._liveness.timeout_s,  # any statement the driver sends, ours or its own
+                    # Named in pg_stat_activity, where its last query (the round trips' SELECT 1) no longer says it
+                    # listens: an operator, or a test cutting this one connection, finds it by this name.
+                    server_settings={"application_name": LISTENER_NAME},
+                )
+                # The server gives it up too if the link dies (``Liveness.server_side``): one round trip.
+                await driver.execute("; ".join(self._liveness.server_side()), timeout=self._liveness.timeout_s)
+                await driver.add_listener(NOTIFY_CHANNEL, self._on_notify)
+            return await self._listen_on(driver, deaf_since)
+        except asyncio.CancelledError:
+            if driver is not None:  # closing: a goodbye to the server (bounded), then dropped all the same
+                with contextlib.suppress(Exception):
+                    await driver.close(timeout=self._liveness.timeout_s)
+            raise
+        finally:
+            if driver is not None:
+                driver.terminate()  # no wait: gone whether it answers or not
+
+    def _set_up_bound_s(self) -> float:
+        # Connecting, the settings and LISTEN take one bound each at most (the driver's); a second to spare.
+        return 3 * self._liveness.timeout_s + 1
+
+    async def _listen_on(self, driver: asyncpg.Connection, deaf_since: float | None) -> float:
+        """Listen on ``driver`` until it is lost (then return when it began listening), or until cancelled."""
+        lost = asyncio.Event()
+        self._lost_because = "the server or the network closed it"
+        driver.add_termination_listener(lambda _c: lost.set())
+        if driver.is_closed():
+            lost.set()  # (before it was listened to)
         rounds: asyncio.Task[None] | None = None
         since = time.monotonic()
         try:
-            # Named in pg_stat_activity, where its last query (the round trips' SELECT 1) no longer says it listens:
-            # an operator, or a test cutting this one connection, finds it by this name. The server gives it up too
-            # if the link dies (``Liveness.server_side``).
-            for statement in [f"SET application_name = '{LISTENER_NAME}'", *self._liveness.server_side()]:
-                await driver.execute(statement, timeout=self._liveness.timeout_s)
-            await driver.add_listener(NOTIFY_CHANNEL, self._on_notify)
             self._hearing(True)
             self._listening = driver
             rounds = asyncio.create_task(self._rounds(driver, lost), name="aizuchi-pg-rounds")
@@ -303,9 +333,6 @@ class PostgresRelay:
                 )
                 self._catch_up()
             await lost.wait()
-        except Exception:
-            lost.set()  # (a step of the set-up failed, or timed out): not to be handed out again either
-            raise
         finally:
             self._listening = None
             if rounds is not None:
@@ -315,13 +342,6 @@ class PostgresRelay:
             self._answer(self._waiting, caught_up=False)
             self._waiting = []
             self._hearing(False)  # what comes until it listens again goes unheard
-            if lost.is_set():
-                # Dropped, not handed back to the pool, which would hand out a connection that stopped answering.
-                driver.terminate()
-                await conn.invalidate()
-            else:  # cancelled (closing): back to the pool, no longer the listener
-                with contextlib.suppress(Exception):
-                    await driver.execute("RESET ALL", timeout=self._liveness.timeout_s)
         return since
 
     def _catch_up(self) -> None:

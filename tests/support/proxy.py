@@ -5,6 +5,9 @@ While cut, every connection through it is dropped and each new one is closed as 
 gets what it gets when the server cannot be reached (a failed fetch, a WebSocket that closes); the server itself,
 and whoever talks to it directly, carry on. ``restore`` lets connections through again. ``silence`` makes one
 connection go quiet instead: what either end sends is dropped, and neither is told (a link that died silently).
+``hold`` cuts the link as a firewall dropping packets does: every connection, open or new, goes quiet (a new one is
+accepted, then never answered), and what was sent meanwhile is delivered once ``restore`` lets it through (TCP sends
+it again), to the ends that are still open.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class TcpProxy:
         self._pairs: list[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = []  # (client's, server's) ends
         self._silenced: set[asyncio.StreamWriter] = set()
         self.cut_off = False
+        self._held: dict[asyncio.StreamWriter, list[bytes]] | None = None  # by the end it is for, while held
 
     @property
     def port(self) -> int:
@@ -53,6 +57,14 @@ class TcpProxy:
 
     def restore(self) -> None:
         self.cut_off = False
+        held, self._held = self._held, None
+        for writer, chunks in (held or {}).items():
+            if not writer.is_closing():
+                writer.write(b"".join(chunks))
+
+    def hold(self) -> None:
+        """Deliver nothing either way on any connection, open or new, until ``restore``."""
+        self._held = {}
 
     def silence(self, server_side_port: int) -> bool:
         """Drop everything sent either way on the connection whose end towards the server has this local port (the
@@ -111,6 +123,9 @@ class TcpProxy:
             while data := await reader.read(_CHUNK):
                 if writer in self._silenced:
                     continue  # lost on the way
+                if self._held is not None:
+                    self._held.setdefault(writer, []).append(data)
+                    continue
                 writer.write(data)
                 await writer.drain()
         # One side is done: end the other too (the browser opens a new connection when it needs one).

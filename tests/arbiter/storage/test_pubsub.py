@@ -215,3 +215,97 @@ def test_the_server_side_bounds_and_what_counts_as_a_lost_connection() -> None:
     assert not connection_gone(asyncpg.QueryCanceledError("canceling statement"))
     with pytest.raises(ValueError):
         Liveness(timeout_s=0)
+
+
+async def _listener_port(postgres_url: str) -> int:
+    """The listening connection's client port, as the server sees it (through the proxy: the proxy's port)."""
+    conn = await asyncpg.connect(postgres_url.replace("postgresql+asyncpg://", "postgresql://"), timeout=5)
+    try:
+        port: int = await conn.fetchval(
+            "SELECT client_port FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1",
+            LISTENER_NAME,
+        )
+    finally:
+        await conn.close()
+    return port
+
+
+async def test_a_listener_listens_again_without_waiting_for_the_pools_connections(
+    postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Every connection of the writer's pool is taken, and others wait for one (as when each waits out its
+    # statement's bound on a cut link): the listener listens again at once all the same, on a connection of its
+    # own, not queued behind them (the pool's wait is 30 s, and says nothing meanwhile).
+    liveness = Liveness(probe_every_s=0.2, timeout_s=1.0, retry_first_s=0.1, retry_most_s=0.4)
+    address = urlsplit(postgres_url)
+    assert address.hostname is not None and address.port is not None
+    async with tcp_proxy(address.hostname, address.port) as proxy:
+        database = Database.open(postgres_url.replace(f":{address.port}/", f":{proxy.port}/"), pool_size=1)
+        heard_again = asyncio.Event()
+
+        async def caught() -> None:
+            heard_again.set()
+
+        relay = PostgresRelay(database.engine, lambda _events: None, liveness=liveness)
+        relay.heard_again = caught
+        await relay.start()
+        taken = asyncio.Event()
+
+        async def writer() -> None:
+            async with database.engine.connect():
+                taken.set()
+                await asyncio.Event().wait()  # held until the test ends
+
+        writers = [asyncio.create_task(writer()) for _ in range(2)]  # the pool holds two (one and one overflow)
+        try:
+            await asyncio.wait_for(taken.wait(), 5)
+            await asyncio.sleep(0.2)  # the other waits for a connection
+            assert proxy.silence(await _listener_port(postgres_url))
+            with caplog.at_level(logging.INFO, logger="arbiter.storage.pubsub"):
+                assert not await relay.caught_up()
+                await asyncio.wait_for(heard_again.wait(), 5)
+            assert await relay.caught_up()
+        finally:
+            for task in writers:
+                task.cancel()
+            await asyncio.gather(*writers, return_exceptions=True)
+            await relay.close()
+            await database.dispose()
+
+
+async def test_a_listener_cut_off_across_its_attempts_to_listen_again_listens_once_the_link_is_back(
+    postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The link to the database drops every packet (as a firewall does) for several attempts to listen again; then it
+    # is back. Each attempt fails within its bounds and says so, and the first after the link is back listens: none
+    # waits for the dead link.
+    liveness = Liveness(probe_every_s=0.2, timeout_s=1.0, retry_first_s=0.1, retry_most_s=0.4)
+    address = urlsplit(postgres_url)
+    assert address.hostname is not None and address.port is not None
+    async with tcp_proxy(address.hostname, address.port) as proxy:
+        database = Database.open(postgres_url.replace(f":{address.port}/", f":{proxy.port}/"))
+        hearing: list[bool] = []
+        heard_again = asyncio.Event()
+
+        async def caught() -> None:
+            heard_again.set()
+
+        relay = PostgresRelay(database.engine, lambda _events: None, hearing=hearing.append, liveness=liveness)
+        relay.heard_again = caught
+        await relay.start()
+        try:
+            with caplog.at_level(logging.INFO, logger="arbiter.storage.pubsub"):
+                proxy.hold()
+                assert not await relay.caught_up()  # the probe goes unanswered: given up
+                # Long enough for a few attempts to listen again over the cut link (each fails within 1 s).
+                await asyncio.sleep(4)
+                proxy.restore()
+                await asyncio.wait_for(heard_again.wait(), 5)
+            assert await relay.caught_up()
+        finally:
+            await relay.close()
+            await database.dispose()
+    failed = [record.getMessage() for record in caplog.records if "cannot listen" in record.getMessage()]
+    assert len(failed) >= 2, failed
+    assert all("TimeoutError" in line for line in failed), failed
+    assert hearing == [True, False, True, False]
