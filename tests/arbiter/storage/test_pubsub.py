@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import asyncpg
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
 
     from arbiter.events import Event
+    from tests.support.proxy import TcpProxy
 
 pytestmark = pytest.mark.postgres
 
@@ -158,15 +159,25 @@ async def test_a_subscription_between_the_parts_of_a_skipped_event_gets_the_next
     assert [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING] == []
 
 
+@contextlib.asynccontextmanager
+async def _behind_a_proxy(postgres_url: str, **options: Any) -> AsyncIterator[tuple[TcpProxy, Database]]:
+    """A database opened through a proxy the test can silence or hold, and the proxy."""
+    address = urlsplit(postgres_url)
+    assert address.hostname is not None and address.port is not None
+    async with tcp_proxy(address.hostname, address.port) as proxy:
+        database = Database.open(postgres_url.replace(f":{address.port}/", f":{proxy.port}/"), **options)
+        try:
+            yield proxy, database
+        finally:
+            await database.dispose()
+
+
 async def test_a_listener_whose_link_goes_silent_stops_hearing_and_listens_again(postgres_url: str) -> None:
     # Told nothing (the proxy drops its bytes): only the probe can tell. Until it listens again, the writer is
     # told it hears nothing (its reads check versions), and a read waiting for a round trip is not kept waiting.
     # Quick, but not so quick that a busy machine's slow answer passes for a silent link.
     liveness = Liveness(probe_every_s=0.2, timeout_s=1.0, retry_first_s=0.1)
-    address = urlsplit(postgres_url)
-    assert address.hostname is not None and address.port is not None
-    async with tcp_proxy(address.hostname, address.port) as proxy:
-        database = Database.open(postgres_url.replace(f":{address.port}/", f":{proxy.port}/"))
+    async with _behind_a_proxy(postgres_url) as (proxy, database):
         hearing: list[bool] = []
         heard_again = asyncio.Event()
 
@@ -199,7 +210,6 @@ async def test_a_listener_whose_link_goes_silent_stops_hearing_and_listens_again
             assert await relay.caught_up()
         finally:
             await relay.close()
-            await database.dispose()
     assert hearing == [True, False, True, False]  # (the last: closed)
 
 
@@ -237,10 +247,7 @@ async def test_a_listener_listens_again_without_waiting_for_the_pools_connection
     # statement's bound on a cut link): the listener listens again at once all the same, on a connection of its
     # own, not queued behind them (the pool's wait is 30 s, and says nothing meanwhile).
     liveness = Liveness(probe_every_s=0.2, timeout_s=1.0, retry_first_s=0.1, retry_most_s=0.4)
-    address = urlsplit(postgres_url)
-    assert address.hostname is not None and address.port is not None
-    async with tcp_proxy(address.hostname, address.port) as proxy:
-        database = Database.open(postgres_url.replace(f":{address.port}/", f":{proxy.port}/"), pool_size=1)
+    async with _behind_a_proxy(postgres_url, pool_size=1) as (proxy, database):
         heard_again = asyncio.Event()
 
         async def caught() -> None:
@@ -270,7 +277,6 @@ async def test_a_listener_listens_again_without_waiting_for_the_pools_connection
                 task.cancel()
             await asyncio.gather(*writers, return_exceptions=True)
             await relay.close()
-            await database.dispose()
 
 
 async def test_a_listener_cut_off_across_its_attempts_to_listen_again_listens_once_the_link_is_back(
@@ -280,10 +286,7 @@ async def test_a_listener_cut_off_across_its_attempts_to_listen_again_listens_on
     # is back. Each attempt fails within its bounds and says so, and the first after the link is back listens: none
     # waits for the dead link.
     liveness = Liveness(probe_every_s=0.2, timeout_s=1.0, retry_first_s=0.1, retry_most_s=0.4)
-    address = urlsplit(postgres_url)
-    assert address.hostname is not None and address.port is not None
-    async with tcp_proxy(address.hostname, address.port) as proxy:
-        database = Database.open(postgres_url.replace(f":{address.port}/", f":{proxy.port}/"))
+    async with _behind_a_proxy(postgres_url) as (proxy, database):
         hearing: list[bool] = []
         heard_again = asyncio.Event()
 
@@ -304,7 +307,6 @@ async def test_a_listener_cut_off_across_its_attempts_to_listen_again_listens_on
             assert await relay.caught_up()
         finally:
             await relay.close()
-            await database.dispose()
     failed = [record.getMessage() for record in caplog.records if "cannot listen" in record.getMessage()]
     assert len(failed) >= 2, failed
     assert all("TimeoutError" in line for line in failed), failed
