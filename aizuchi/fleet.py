@@ -44,10 +44,15 @@ class Fleet:
         for runtime in self.runtimes.values():
             runtime.join(channel_id)
 
-    async def follow(self, channel_id: str, within: float = 10.0) -> None:
+    async def follow(self, channel_id: str, within: float = 10.0, *, opened_at: int | None = None) -> None:
         """Every persona takes part in ``channel_id``, and follows its events before this returns: what is said
-        there next is a cue for each of them, not context they found on arriving."""
+        there next is a cue for each of them, not context they found on arriving. ``opened_at``: the seq the
+        channel's history ended at when it was opened for them; what comes after is a cue even for a persona that
+        is not following within ``within`` (a busy machine), as it would be for one that was."""
         workers = [runtime.join(channel_id) for runtime in self.runtimes.values()]
+        if opened_at is not None:
+            for worker in workers:
+                worker.opened(opened_at)
         try:
             async with asyncio.timeout(within):
                 await asyncio.gather(*(worker.ready() for worker in workers))

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from aizuchi.fleet import Fleet
     from aizuchi.settings import DiscordEndpoints, DiscordReconnects
     from arbiter.server import Arbiter
+    from arbiter.service import ArbiterService
     from arbiter.settings import ArbiterSettings
     from bots.persona import Persona
     from bots.platforms.base import Platform
@@ -343,7 +344,8 @@ async def _until_all_stop(tasks: dict[asyncio.Task[None], list[Persona]], fleet:
 class _Joiner:
     """Has the personas join each room opened in the page - once they are up (the page may come first)."""
 
-    def __init__(self) -> None:
+    def __init__(self, service: ArbiterService) -> None:
+        self._service = service
         self._fleet: Fleet | None = None
         self._ready = asyncio.Event()
 
@@ -352,9 +354,12 @@ class _Joiner:
         self._ready.set()
 
     async def __call__(self, channel_id: str) -> None:
+        # Where the room's history ends now: the person's first line, said once this returns, is answered even
+        # when the personas are slow to follow (no more than a wait here, so as not to hold the person up).
+        last = await self._service.recent(channel_id, 1)
         await self._ready.wait()
         assert self._fleet is not None
-        await self._fleet.follow(channel_id)
+        await self._fleet.follow(channel_id, opened_at=last[-1].seq if last else 0)
 
 
 async def run_room(settings: ArbiterSettings, bots: BotsSettings, env: Mapping[str, str]) -> None:
@@ -375,7 +380,7 @@ async def run_room(settings: ArbiterSettings, bots: BotsSettings, env: Mapping[s
     notice = offline_notice(cast)
     async with contextlib.AsyncExitStack() as stack:
         arbiter = await _open(stack, settings, extra_personas=generated)
-        joiner = _Joiner()
+        joiner = _Joiner(arbiter.service)
         add_room(arbiter.app, on_open=joiner, notice=notice)
         url = await _listen(stack, arbiter.app, settings)
         session = await stack.enter_async_context(aiohttp.ClientSession())

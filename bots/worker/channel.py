@@ -45,6 +45,7 @@ from bots.worker.events import (
     Dealt,
     Frame,
     Free,
+    Opened,
     PauseOver,
     Released,
     StatusRead,
@@ -161,6 +162,11 @@ class ChannelWorker:
     def permissions_changed(self) -> None:
         """Its permissions here may have changed on the platform: look whether it can post, and tell the arbiter."""
         self.wake()
+
+    def opened(self, seq: int) -> None:
+        """Its channel was opened for it when the history ended at ``seq``: what comes after is to answer, even if
+        the persona arrives after it was said."""
+        self.feed(Opened(seq))
 
     def dealt_with(self, seq: int) -> None:
         """A turn taken some other way dealt with everything up to ``seq``."""

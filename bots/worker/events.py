@@ -23,6 +23,7 @@ __all__ = (
     "Failed",
     "Frame",
     "Free",
+    "Opened",
     "Overtaken",
     "PauseOver",
     "PostFailed",
@@ -52,6 +53,14 @@ class CanPost:
     """Whether the platform would take its post here now (answering ``Arrived``)."""
 
     cannot_post: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """The channel was opened for the persona when its history ended at ``seq`` (a room a person opened while the
+    personas were still coming up): what the stream brings after it is to answer, even in the replay on arrival."""
+
+    seq: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +198,7 @@ Event = (
     Frame
     | CanPost
     | Wake
+    | Opened
     | TimerFired
     | Free
     | PauseOver

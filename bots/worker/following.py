@@ -48,9 +48,14 @@ def wake(state: WorkerState) -> Stepped:
 def on_frame(state: WorkerState, frame: wire.ArbiterEvent, seat: Seat) -> Stepped:
     state, actions = _on_event(state, frame, seat)
     if not state.arrived and isinstance(frame, wire.LevelEvent):
-        # The replay is over. Start fresh: what was said before the persona arrived is context, not a cue.
-        state = state._replace(arrived=True, answered=state.last_seq, woken=False)
+        # The replay is over. Start fresh: what was said before the persona arrived is context, not a cue; but not
+        # what was said after the channel was opened for it, which the persona would have heard had it been quicker.
+        cues_after = state.last_seq if state.cues_after is None else min(state.last_seq, state.cues_after)
+        state = state._replace(arrived=True, answered=cues_after, woken=False)
         actions = [*actions, Arrived()]
+        if cues_after < state.last_seq:
+            state, looks = wake(state)
+            actions += looks
     return state, actions
 
 

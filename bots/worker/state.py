@@ -54,6 +54,7 @@ class WorkerState(NamedTuple):
     # on arrival may not reach back to them (others said more since, or it was away).
     own_read: bool = False
     arrived: bool = False  # the recent history is in (the stream's replay ended with the level)
+    cues_after: int | None = None  # on arrival, what came after this seq is to answer, not context (``Opened``)
     closed: bool = False
     woken: bool = False  # something to look at: a look after the pause
     looking: bool = False  # a task runs the looks (a worker in a quiet channel holds none)

@@ -48,6 +48,7 @@ from bots.worker.events import (
     Failed,
     Frame,
     Free,
+    Opened,
     Overtaken,
     PauseOver,
     Posted,
@@ -120,6 +121,8 @@ def step(state: WorkerState, event: Event, now: float, seat: Seat) -> Stepped:
             return wake(state) if cannot_post is not None else (state, [])
         case Wake():
             return wake(state)
+        case Opened(seq=seq):
+            return (state, []) if state.arrived else (state._replace(cues_after=seq), [])
         case TimerFired():
             return wake(state._replace(timer=False))
         case Free():

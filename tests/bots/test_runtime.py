@@ -1068,6 +1068,28 @@ async def spoken_after_in(live: Live, channel: str, seq: int) -> bool:
     return any(m.seq > seq and m.author_id == "aoi" for m in await live.history(channel))
 
 
+@pytest.mark.parametrize("opened", [True, False], ids=["opened-for-it", "joined"])
+async def test_a_line_said_after_a_channel_was_opened_for_a_slow_persona_is_answered(live: Live, opened: bool) -> None:
+    # A room a person opened while the persona was still coming up: the person's first line is in the history
+    # before the persona follows the channel. Opened for it at the seq before, the persona answers it; merely
+    # joining a channel, it takes what it finds there as context.
+    await live.channel("hall")
+    aoi = make_persona("aoi")
+    runtime = await live.start(aoi, scripted(aoi), CHANNEL)
+    before = await live.say("hall", "(earlier talk)")
+    asked = await live.say("hall", "Aoi, are you there?")
+
+    worker = runtime.join("hall")
+    if opened:
+        worker.opened(before)
+    await asyncio.wait_for(worker.ready(), 5.0)
+
+    if opened:
+        await eventually(lambda: spoken_after_in(live, "hall", asked), what="her answer")
+    await live.settled("hall")
+    assert await spoken_after_in(live, "hall", asked) is opened
+
+
 # --- a thousand channels: what a quiet worker holds ------------------------------------------------------
 
 

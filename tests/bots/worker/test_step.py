@@ -110,6 +110,22 @@ def test_what_is_said_before_the_replay_ends_is_context_not_a_cue() -> None:
     assert kinds(actions) == ["Arrived"]
 
 
+def test_what_is_said_after_the_channel_was_opened_for_it_is_a_cue_even_in_the_replay() -> None:
+    # A room opened at seq 1: the person's first line (2) came before the persona followed, so it is in the replay.
+    state, actions = run(WorkerState(), ev.Opened(1), frame(said(1)), frame(said(2)))
+    assert actions == []  # no looks before arrival all the same
+
+    state, actions = run(state, ev.Frame(wire.LevelEvent(channel_id=CHANNEL, level=100, capacity=100, at=NOW)))
+
+    assert (state.arrived, state.answered, state.woken, state.looking) == (True, 1, True, True)
+    assert kinds(actions) == ["Arrived", "StartLooking"]
+
+
+def test_opened_after_arrival_changes_nothing() -> None:
+    state, actions = run(ARRIVED._replace(last_seq=5, answered=5), ev.Opened(0))
+    assert (state, actions) == (ARRIVED._replace(last_seq=5, answered=5), [])
+
+
 def test_a_message_after_arrival_starts_the_looks_once() -> None:
     state, actions = run(WorkerState(arrived=True), frame(said(1)))
     assert kinds(actions) == ["StartLooking"] and state.looking and state.woken
