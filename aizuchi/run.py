@@ -354,8 +354,8 @@ class _Joiner:
         self._ready.set()
 
     async def __call__(self, channel_id: str) -> None:
-        # Where the room's history ends now: the person's first line, said once this returns, is answered even
-        # when the personas are slow to follow (no more than a wait here, so as not to hold the person up).
+        # Where the room's history ends now: the person's first line, said once this returns, is a cue even for a
+        # persona that follows the room only later (``follow`` waits for them at most 10 s, not to hold the person).
         last = await self._service.recent(channel_id, 1)
         await self._ready.wait()
         assert self._fleet is not None

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from aiohttp.test_utils import TestClient
 
 # Some machines (these sandboxes among them) set PYTHONDONTWRITEBYTECODE, and then every xdist worker rewrites the
-# asserts of all 400 test modules and every `aizuchi` subprocess the tests start compiles the whole project again:
+# asserts of some 400 test modules and every `aizuchi` subprocess the tests start compiles the whole project again:
 # 15 s of a 4.5-minute suite. The tests and their children cache bytecode as Python does by default (__pycache__ is
 # ignored by git); the workers, started after this, inherit it.
 sys.dont_write_bytecode = False
