@@ -54,8 +54,10 @@ async def test_the_offline_personas_answer_the_person_and_let_them_go(tmp_path: 
         porch = Porch((await fleet.wait_for(ROOM_LINE)).group(1), session)
 
         hello = await porch.say("Hi everyone!")
-        await _until(fleet, porch, lambda: _count(porch, hello, 2), "two personas greet back")
-        await asyncio.sleep(3.0)  # a span, not a wait: the third may greet or not, and no one may say goodbye
+        # Whether each persona takes a turn is its own draw (bots/planner.py), so now and then only one of the three
+        # greets back (4 of some 70 runs under load). That one greets is all but certain: a silent persona looks again.
+        await _until(fleet, porch, lambda: _count(porch, hello, 1), "a persona greets back")
+        await asyncio.sleep(3.0)  # a span, not a wait: the others may greet or not, and no one may say goodbye
         greetings = await porch.replies(hello)
 
         asked = await porch.say("Juno, what's your favourite book?")
