@@ -47,7 +47,7 @@ import dataclasses
 import itertools
 import sys
 from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import pytest
 from hypothesis import HealthCheck, Phase, event, settings
@@ -69,7 +69,7 @@ from tests.support.events import Follower
 from tests.support.postgres import create_database, drop_database
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Awaitable, Callable, Iterator
     from pathlib import Path
 
     from aiohttp import ClientWebSocketResponse
@@ -77,6 +77,7 @@ if TYPE_CHECKING:
 
     from tests.support.arbiters import Served
 
+T = TypeVar("T")
 PERSONAS = ("hana", "kai", "mio")
 TIERS = ("aizuchi", "remark", "long")
 RANK = {tier: rank for rank, tier in enumerate(TIERS)}
@@ -190,7 +191,9 @@ class ArbiterMachine(RuleBasedStateMachine):
         # Each example from the same moment: one that ran into the next UTC day would find its token count reset.
         self.clock = shared.clock
         self.clock.value = FakeClock().value
-        self.loop = shared.loop
+        # The loop itself, not the Runner: Runner.run installs and restores a SIGINT handler on every call, and
+        # building that handler's enum lookup reprs the task each time: a good part of the harness' CPU.
+        self.loop = shared.loop.get_loop()
         self.served = shared.served
         self.client: TestClient[Any, Any] = self.served[0].client
         self.readers = [Reader(persona) for persona in READERS]
@@ -223,16 +226,19 @@ class ArbiterMachine(RuleBasedStateMachine):
         finally:
             for reader in self.readers:
                 if reader.connection is not None:
-                    self.loop.run(reader.connection.ws.close())
+                    self.run(reader.connection.ws.close())
 
     # --- plumbing -------------------------------------------------------------------------------------------
+
+    def run(self, awaitable: Awaitable[T]) -> T:
+        return self.loop.run_until_complete(awaitable)
 
     def http(self, method: str, path: str, who: str, body: Any = None) -> tuple[int, Any]:
         async def send() -> tuple[int, Any]:
             response = await self.client.request(method, path, headers=auth(who), json=body)
             return response.status, (await response.json() if response.status != 204 else None)
 
-        return self.loop.run(send())
+        return self.run(send())
 
     def expect(self, method: str, path: str, who: str, body: Any = None, status: int = 200) -> Any:
         got, answer = self.http(method, path, who, body)
@@ -800,7 +806,7 @@ class ArbiterMachine(RuleBasedStateMachine):
         path = f"{self.ch}/events" + ("" if after is None else f"?after={after}")
         connecting = self.served[reader.via].client.ws_connect(path, headers=auth(reader.persona))
         if while_said is None:
-            ws = self.loop.run(connecting)
+            ws = self.run(connecting)
         else:
             # Said while the stream subscribes and reads the history: the message comes once, whether it was
             # committed before the stream subscribed, between that and its reading the history, or after.
@@ -812,10 +818,10 @@ class ArbiterMachine(RuleBasedStateMachine):
                     connecting, self.client.request("POST", f"{self.ch}/messages", headers=auth("admin"), json=body)
                 )
 
-            ws, response = self.loop.run(both())
+            ws, response = self.run(both())
             assert response.status == 200, response.status
             self.last_seq += 1
-            assert self.loop.run(response.json()) == {"seq": self.last_seq, "created": True}
+            assert self.run(response.json()) == {"seq": self.last_seq, "created": True}
             self.made(Expected("u1", "human", while_said, None, 0))
         # The stream has subscribed before it answers the upgrade: every change from now on reaches it.
         start = self.last_seq if after is None else after
@@ -829,7 +835,7 @@ class ArbiterMachine(RuleBasedStateMachine):
     def disconnect(self, reader: Reader) -> None:
         connection = reader.connection
         assert connection is not None
-        self.loop.run(connection.ws.close())
+        self.run(connection.ws.close())
         reader.resume_after = connection.resume_after
         reader.connection = None
 
@@ -838,7 +844,7 @@ class ArbiterMachine(RuleBasedStateMachine):
         behind first (it is then disconnected, to resume where it was told)."""
         connection = reader.connection
         assert connection is not None
-        kept_up = self.loop.run(connection.read_until(done, within=READ_WITHIN_S))
+        kept_up = self.run(connection.read_until(done, within=READ_WITHIN_S))
         for message in connection.messages[reader.checked :]:
             # A message the model made, as it was made, with one of the texts it has had.
             made = self.created.get(message["seq"])
