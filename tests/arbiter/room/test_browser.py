@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import pytest_asyncio
 
 from aizuchi.fleet import Cast, offline_notice
 from arbiter.contract import DialogueState, MemoryUpdate, SpeakerNote, Tier
@@ -78,8 +79,14 @@ def _unavailable(reason: str) -> None:
     pytest.skip(f"no browser for the room's browser test: {reason}")
 
 
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
+# One Chromium (and one Playwright driver) per module and xdist worker: launching them costs a couple of seconds of
+# CPU, each test's. The tests run in the module's event loop, the one the browser was launched in. Isolation is
+# the context's: each page is in a fresh one (its own storage), and every context a test opened is closed after it.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def chromium() -> AsyncIterator[Browser]:
     if not HAVE_CHROMIUM:
         _unavailable(f"{CHROMIUM} is missing (apt-get install chromium)")
     try:
@@ -92,6 +99,16 @@ async def browser() -> AsyncIterator[Browser]:
             yield launched
         finally:
             await launched.close()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def browser(chromium: Browser) -> AsyncIterator[Browser]:
+    """The shared browser, left as the test found it: the contexts the test opened are closed, passed or not."""
+    try:
+        yield chromium
+    finally:
+        for context in chromium.contexts:
+            await context.close()
 
 
 async def new_page(browser: Browser, *, viewport: dict[str, int] = DESKTOP, scheme: str = "light") -> Page:
@@ -553,6 +570,7 @@ async def test_the_room_on_a_phone_and_a_desktop_in_light_and_dark(browser: Brow
     personas = load_personas(PERSONAS_DIR, list(ROOM_PERSONAS))
     scripted = ProviderProfile(name="scripted", provider="scripted")
     notice = offline_notice(Cast(personas, {persona.id: scripted for persona in personas}))
+    readme = os.environ.get("AIZUCHI_README_SCREENSHOT")
     async with room_server(recovery_s=None, notice=notice) as room:
         page = await new_page(browser)
         await open_room(page, room.url + "/room/lobby")
@@ -565,7 +583,8 @@ async def test_the_room_on_a_phone_and_a_desktop_in_light_and_dark(browser: Brow
                 "(li) => li.dataset.authorKind === 'persona' && Number(li.dataset.seq) > seq)",
                 arg=asked,
             )
-            await asyncio.sleep(1.5)  # a span for a nod or two more, for the picture: none is asserted
+            if readme:
+                await asyncio.sleep(1.5)  # a span for a nod or two more, for the README's picture: none is asserted
         await page.wait_for_function(CHART_DRAWN)
 
         # The page that was there for the conversation (its chart shows it) on a desktop in the light theme; a new
@@ -587,7 +606,7 @@ async def test_the_room_on_a_phone_and_a_desktop_in_light_and_dark(browser: Brow
             picture = ARTIFACTS / f"room-{screen}-{scheme}.png"
             await page.locator("#text").blur()
             await page.screenshot(path=str(picture))
-            if (screen, scheme) == ("desktop", "light") and (readme := os.environ.get("AIZUCHI_README_SCREENSHOT")):
+            if (screen, scheme) == ("desktop", "light") and readme:
                 shutil.copyfile(picture, readme)
             if screen == "phone":
                 await check_a_phone(page, ARTIFACTS / f"room-phone-{scheme}-panels.png")
