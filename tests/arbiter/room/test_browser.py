@@ -962,7 +962,10 @@ async def test_the_room_shows_what_each_persona_remembers_and_forgets_it_on_requ
 
         await say(page, "Theo, and what would you bring?")
         await page.locator("#memories li[data-persona='theo']").wait_for()
-        await room.settled("lobby")  # nobody is about to take notes again
+        # Nobody is about to take notes again. The personas would talk among themselves up to the idle cap (12 turns,
+        # some 10 s): a cap of 1 stops them now, as the one they would reach stops them later.
+        await room.arbiter.service.update_settings("lobby", {"idle_cap": 1})
+        await room.settled("lobby")
 
         # One "Forget" per persona, each named for whose notes it forgets.
         forgets = await page.locator("#memories").aria_snapshot()
