@@ -152,6 +152,10 @@ def test_schemathesis_finds_the_server_true_to_its_document(served: ArbiterProce
     command += ["--exclude-tag", "mcp"]
     mcp = sum("mcp" in operation["tags"] for item in document["paths"].values() for operation in item.values())
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.support.schemathesis_checks", "PYTHONPATH": ROOT}
+    # Hypothesis keeps the Unicode tables it derives (which code points UTF-8 encodes: a loop over all of them,
+    # some 1.5 s of CPU) in its storage directory, by default under the cwd, a fresh tmp_path here: the checkout's
+    # own keeps them from one run to the next. No examples are kept there: the run's database is "none".
+    env.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", os.path.join(ROOT, ".hypothesis"))
     result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=RUN_S, check=False)
     report = result.stdout + result.stderr
     assert result.returncode == 0, report
