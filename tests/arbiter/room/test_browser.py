@@ -19,6 +19,7 @@ import itertools
 import os
 import re
 import shutil
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +39,7 @@ from tests.support.room import PERSONAS_DIR, ROOM_PERSONAS, room_server
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
-    from playwright.async_api import Browser, FloatRect, Page
+    from playwright.async_api import Browser, BrowserContext, FloatRect, Page
 
     from tests.support.room import RoomServer
 
@@ -54,6 +55,7 @@ FLAGS = [
 ]
 ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts"
 PHONE = {"width": 390, "height": 844}
+SETTLE_MS = 4000  # room.js's: how long a persona is shown as having just spoken or passed
 DESKTOP = {"width": 1366, "height": 800}
 
 # What the person says, one line at a time, until the personas have shown what the test waits for.
@@ -111,9 +113,18 @@ async def browser(chromium: Browser) -> AsyncIterator[Browser]:
             await context.close()
 
 
-async def new_page(browser: Browser, *, viewport: dict[str, int] = DESKTOP, scheme: str = "light") -> Page:
-    """A page in a fresh context (its own storage): a person's first visit, on a screen of this size and theme."""
+CLOCKED: weakref.WeakSet[BrowserContext] = weakref.WeakSet()  # contexts whose clock new_page installed
+
+
+async def new_page(
+    browser: Browser, *, viewport: dict[str, int] = DESKTOP, scheme: str = "light", clock: bool = False
+) -> Page:
+    """A page in a fresh context (its own storage): a person's first visit, on a screen of this size and theme.
+    ``clock``: the page's clock is Playwright's, running in real time until ``all_personas`` moves it on."""
     context = await browser.new_context(viewport=viewport, color_scheme=scheme)  # type: ignore[arg-type]
+    if clock:
+        await context.clock.install()
+        CLOCKED.add(context)
     page = await context.new_page()
     page.set_default_timeout(10_000)
     return page
@@ -273,7 +284,12 @@ async def seen_activities(page: Page) -> set[str]:
 
 
 async def all_personas(page: Page, activity: str) -> None:
-    """Wait until the personas panel shows every persona doing ``activity``."""
+    """Wait until the personas panel shows every persona doing ``activity``. A persona that has just spoken or
+    passed is shown so for SETTLE_MS (4 s) first: on a page with Playwright's clock (``new_page(clock=True)``), the
+    clock is moved past that span rather than waited through. (One that speaks or passes later still shows it for
+    4 s of real time.)"""
+    if page.context in CLOCKED:
+        await page.clock.fast_forward(SETTLE_MS)
     await page.wait_for_function(
         "(what) => [...document.querySelectorAll('#personas li')].every((li) => li.dataset.activity === what)",
         arg=activity,
@@ -664,7 +680,7 @@ async def test_the_room_says_why_the_personas_are_quiet(browser: Browser) -> Non
     notice = "Rin, Theo and Juno are offline stand-ins: lines from the persona files, no language model."
     async with room_server(notice=notice) as room:
         service = room.arbiter.service
-        page = await new_page(browser)
+        page = await new_page(browser, clock=True)
         problems = watch_problems(page)
         await open_room(page, room.url + "/room/lobby")
         quiet = page.locator("#quiet")
