@@ -82,7 +82,7 @@ async def _listen(stack: contextlib.AsyncExitStack, app: web.Application, settin
 
 @contextlib.asynccontextmanager
 async def _arbiter_bot(
-    arbiter: Arbiter, settings: ArbiterSettings, reconnects: DiscordReconnects | None
+    arbiter: Arbiter, settings: ArbiterSettings, reconnects: DiscordReconnects | None, endpoints: DiscordEndpoints
 ) -> AsyncIterator[asyncio.Task[None] | None]:
     """The arbiter's own Discord bot, kept connected while the block runs (if it has a token): yields its task,
     which ends only if Discord turns the bot away for good (or gives it no working session within
@@ -93,7 +93,12 @@ async def _arbiter_bot(
     from aizuchi.connection import Account, stay_connected
     from arbiter.discord_bot import ArbiterBot
 
-    bot = ArbiterBot(arbiter.service, guilds=settings.discord_guilds, moderator_role=settings.moderator_role)
+    bot = ArbiterBot(
+        arbiter.service,
+        guilds=settings.discord_guilds,
+        moderator_role=settings.moderator_role,
+        guild_ready_timeout=endpoints.ready_s,
+    )
     account = Account("the arbiter's bot", "ARBITER_DISCORD_TOKEN", intents_hint="the Message Content intent")
     token = settings.discord_token.get_secret_value()
     work = stay_connected(bot, token, account, reconnects=reconnects)
@@ -145,7 +150,7 @@ async def run_arbiter(
         use_discord(endpoints)
     async with contextlib.AsyncExitStack() as stack:
         arbiter = await _open(stack, settings)
-        bot = await stack.enter_async_context(_arbiter_bot(arbiter, settings, reconnects))
+        bot = await stack.enter_async_context(_arbiter_bot(arbiter, settings, reconnects, endpoints))
         _warn_about(settings)
         url = await _listen(stack, arbiter.app, settings)
         _say(f"arbiter listening on {url}")
@@ -228,6 +233,7 @@ async def run_bots(
         webhook_token=webhook_token,
         arbiter_url=bots.arbiter_url,
         reconnects=reconnects,
+        endpoints=endpoints,
     )
 
 
@@ -240,6 +246,7 @@ async def _discord_personas(
     discord_tokens: Mapping[str, str],
     arbiter_url: str,
     reconnects: DiscordReconnects | None,
+    endpoints: DiscordEndpoints,
     webhook_token: str | None = None,
 ) -> None:
     """Every persona that has a Discord token, on Discord, until cancelled; and with ``webhook_token`` (the arbiter
@@ -259,7 +266,9 @@ async def _discord_personas(
     if share is not None:
         _log.info("this process takes part in share %s of the channels", share)
     clients: dict[str, discord.Client] = {
-        p.id: PersonaClient(share=share) for p in ready.personas if p.id in discord_tokens
+        p.id: PersonaClient(share=share, guild_ready_timeout=endpoints.ready_s)
+        for p in ready.personas
+        if p.id in discord_tokens
     }
     hooked = [p for p in ready.personas if p.id not in discord_tokens]
     hooks_client = discord.Client(intents=discord.Intents.none(), allowed_mentions=discord.AllowedMentions.none())
@@ -441,7 +450,7 @@ async def run_all(
 
         channels = await arbiter.service.channels()
         await check_at_start(settings, cast.personas, discord_tokens, channels, webhooks=bots.webhooks)
-        bot = await stack.enter_async_context(_arbiter_bot(arbiter, settings, reconnects))
+        bot = await stack.enter_async_context(_arbiter_bot(arbiter, settings, reconnects, endpoints))
         url = await _listen(stack, arbiter.app, settings)
         _say(f"arbiter listening on {url}; the fleet is on Discord (Ctrl-C stops)")
         if (notice := offline_notice(cast)) is not None:
@@ -456,6 +465,7 @@ async def run_all(
                 webhook_token=webhook_token,
                 arbiter_url=url,
                 reconnects=reconnects,
+                endpoints=endpoints,
             )
         )
         # Stopped before the arbiter closes, so the claims the personas hold are given back to it.

@@ -57,6 +57,12 @@ class DiscordEndpoints(BaseSettings):
 
     api_url: str | None = Field(None, description="REST base with its version, e.g. http://127.0.0.1:3001/api/v10")
     gateway_url: str | None = Field(None, description="the gateway's WebSocket URL, e.g. ws://127.0.0.1:3001/")
+    # discord.py counts a bot ready only once this long has passed without another server arriving after its READY,
+    # and cannot end that wait early: each bot's start waits it out. A server that sends its few servers with the
+    # READY (a local one) can do with a fraction of a second; one that comes later is joined at the next refresh.
+    ready_s: float = Field(
+        2.0, gt=0, le=60, description="seconds a bot waits for more servers after its READY before it is ready"
+    )
 
     @field_validator("api_url")
     @classmethod
