@@ -9,13 +9,14 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
 from arbiter.storage.database import Database
-from arbiter.storage.migrate import alembic_config, migrate
+from arbiter.storage.migrate import alembic_config, known_head, migrate
 from arbiter.storage.tables import Base
 from tests.support.arbiters import ROOT
 
@@ -69,6 +70,69 @@ async def test_upgrade_is_idempotent(database: Database) -> None:
 async def test_migrated_schema_matches_the_models(database: Database) -> None:
     await migrate(database)
     assert await database.read(schema_diff) == []
+
+
+def test_the_head_read_from_the_migration_files_is_alembics() -> None:
+    assert known_head() == head()
+
+
+def _upgrade_to(conn: Connection, revision: str) -> None:
+    config = alembic_config()
+    config.attributes["connection"] = conn
+    command.upgrade(config, revision)
+
+
+async def test_a_database_one_revision_behind_is_upgraded(database: Database) -> None:
+    before = ScriptDirectory.from_config(alembic_config()).get_revision(head()).down_revision
+    assert isinstance(before, str)
+    await database.write(_upgrade_to, before)
+    assert await database.read(versions) == [before]
+    await migrate(database)
+    assert await database.read(versions) == [head()]
+    assert await database.read(schema_diff) == []
+
+
+# Migrates the database it is given, then says whether that needed Alembic.
+_MIGRATE_AND_SAY = """
+import asyncio, sys
+from arbiter.storage.database import Database
+from arbiter.storage.migrate import migrate
+
+async def main() -> None:
+    database = Database.open(sys.argv[1])
+    try:
+        await migrate(database)
+    finally:
+        await database.dispose()
+    print("alembic" in sys.modules)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_database_at_head_is_migrated_without_importing_alembic(database_url: str) -> None:
+    async def migrate_in_a_process() -> str:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            _MIGRATE_AND_SAY,
+            database_url,
+            env={**os.environ, "PYTHONPATH": ROOT},
+            cwd=ROOT,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
+        assert process.returncode == 0, stderr.decode()
+        return stdout.decode().strip()
+
+    assert await migrate_in_a_process() == "True"  # an empty database: Alembic migrates it
+    assert await migrate_in_a_process() == "False"  # at head: nothing to do, and nothing imported to do it
+    database = Database.open(database_url)
+    try:
+        assert await database.read(versions) == [head()]
+    finally:
+        await database.dispose()
 
 
 @pytest.mark.postgres
