@@ -79,20 +79,24 @@ class _Undecodable(Exception):
     pass
 
 
+# The commands below read their settings before importing what runs them (aizuchi.run: the arbiter, its storage and
+# the fleet, about a second of CPU): a settings mistake ends the command without paying for it.
+
+
 def _arbiter(args: argparse.Namespace) -> int:
-    from aizuchi.run import run_arbiter
     from aizuchi.settings import DiscordEndpoints, DiscordReconnects
     from arbiter.settings import ArbiterSettings
 
     overrides = {key: value for key, value in (("host", args.host), ("port", args.port)) if value is not None}
     settings, endpoints = _settings(ArbiterSettings, **overrides), _settings(DiscordEndpoints)
     reconnects = _settings(DiscordReconnects)
+    from aizuchi.run import run_arbiter
+
     configure_logging(settings.log_level)
     return _run(lambda: run_arbiter(settings, endpoints, reconnects=reconnects))
 
 
 def _run_all(args: argparse.Namespace) -> int:
-    from aizuchi.run import run_all
     from aizuchi.settings import DiscordEndpoints, DiscordReconnects
     from arbiter.settings import ArbiterSettings
     from bots.settings import BotsSettings, Environment
@@ -101,29 +105,33 @@ def _run_all(args: argparse.Namespace) -> int:
     settings = _settings(ArbiterSettings, **overrides)
     bots, endpoints, reconnects = _settings(BotsSettings), _settings(DiscordEndpoints), _settings(DiscordReconnects)
     env = Environment.read()
+    from aizuchi.run import run_all
+
     configure_logging(settings.log_level)
     return _run(lambda: run_all(settings, bots, env, endpoints, reconnects=reconnects))
 
 
 def _bots(args: argparse.Namespace) -> int:
-    from aizuchi.run import run_bots
     from aizuchi.settings import DiscordEndpoints, DiscordReconnects
     from bots.settings import BotsSettings, Environment
 
     bots, endpoints, env = _settings(BotsSettings), _settings(DiscordEndpoints), Environment.read()
     reconnects = _settings(DiscordReconnects)
+    from aizuchi.run import run_bots
+
     configure_logging(bots.log_level)
     return _run(lambda: run_bots(bots, env, endpoints, args.persona or None, reconnects=reconnects))
 
 
 def _discord_check(args: argparse.Namespace) -> int:
-    from aizuchi.discord_check import run_check
     from aizuchi.settings import DiscordEndpoints
     from arbiter.settings import ArbiterSettings
     from bots.settings import BotsSettings, Environment
 
     settings, bots, endpoints = _settings(ArbiterSettings), _settings(BotsSettings), _settings(DiscordEndpoints)
     env = Environment.read()
+    from aizuchi.discord_check import run_check
+
     configure_logging("WARNING")
     return _run(lambda: run_check(settings, bots, env, endpoints))
 

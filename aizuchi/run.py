@@ -24,7 +24,6 @@ from aizuchi.errors import FleetError, FleetStopped, SetupError
 from aizuchi.fleet import Cast, cast_personas, offline_notice, open_fleet
 from aizuchi.keys import check_keys
 from aizuchi.logs import acting_as
-from arbiter.server import open_arbiter, serving
 from arbiter.storage.errors import StorageError
 from bots.platforms.room import RoomPlatform
 
@@ -59,6 +58,10 @@ def _say(text: str) -> None:
 async def _open(
     stack: contextlib.AsyncExitStack, settings: ArbiterSettings, extra_personas: dict[str, str] | None = None
 ) -> Arbiter:
+    # The arbiter's code (its API and storage, SQLAlchemy: half of what this command imports, some 0.7 s of CPU) is
+    # imported here, once every check that can end the command before the arbiter opens has passed.
+    from arbiter.server import open_arbiter
+
     try:
         return await stack.enter_async_context(open_arbiter(settings, extra_personas=extra_personas))
     except StorageError as error:
@@ -66,6 +69,8 @@ async def _open(
 
 
 async def _listen(stack: contextlib.AsyncExitStack, app: web.Application, settings: ArbiterSettings) -> str:
+    from arbiter.server import serving  # imported by _open already
+
     try:
         return await stack.enter_async_context(serving(app, settings.host, settings.port))
     except OSError as error:

@@ -140,3 +140,31 @@ def test_the_shipped_personas_are_found_from_any_directory(tmp_path: Path) -> No
     result = run_to_end(tmp_path, "personas", "check")
     assert result.returncode == 0, result.stderr
     assert re.search(r"\b6 persona\(s\) checked: ok", result.stdout)
+
+
+def imported_by(workdir: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """``aizuchi args`` run to its end, and the modules it imported (from ``python -X importtime``)."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "aizuchi", *args],
+        cwd=workdir,
+        env=environment(workdir, **env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    found = re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", result.stderr, re.MULTILINE)
+    assert found, result.stderr
+    return result, set(found)
+
+
+def test_a_setup_mistake_ends_the_command_before_the_arbiters_code_is_imported(tmp_path: Path) -> None:
+    # Importing the arbiter (its storage, SQLAlchemy, Alembic) is most of a start's CPU: a mistake said before it
+    # is said at once, and costs the tests that make one a fraction of a start.
+    result, modules = imported_by(tmp_path, "run", ARBITER_PORT="eighty")
+    assert result.returncode == 2
+    assert "aizuchi.run" not in modules
+    result, modules = imported_by(tmp_path, "run", AIZUCHI_PERSONAS_DIR=str(tmp_path / "nowhere"))
+    assert result.returncode == 1
+    assert "aizuchi.run" in modules
+    assert not {"arbiter.server", "sqlalchemy", "alembic"} & modules
