@@ -52,9 +52,7 @@ async def test_a_signal_at_any_moment_of_a_conversation_ends_quietly_and_leaves_
 ) -> None:
     rng = random.Random(5)
     (tmp_path / "profiles.toml").write_text('[profiles.thinking]\nprovider = "scripted"\nlatency_s = 0.8\n')
-    # Five starts: each bot would wait discord.py's 2 s for more servers after its READY, though the local Discord
-    # sends its one server with it. What a stop finds in a turn does not depend on how the fleet started.
-    write_dotenv(tmp_path, fake, world, AIZUCHI_PROFILE="thinking", AIZUCHI_DISCORD_READY_S=0.25)
+    write_dotenv(tmp_path, fake, world, AIZUCHI_PROFILE="thinking")
     database = tmp_path / "aizuchi.db"
     moments = [rng.uniform(0.0, 2.5) for _ in range(5)]
     for index, moment in enumerate(moments):

@@ -37,6 +37,8 @@ def write_dotenv(workdir: Path, fake: FakeDiscord, world: World, **overrides: ob
         "AIZUCHI_PERSONAS": ",".join(ROOM_PERSONAS),
         "AIZUCHI_DISCORD_API_URL": fake.api_base,
         "AIZUCHI_DISCORD_GATEWAY_URL": fake.gateway_url,
+        # The local Discord sends its one server with the READY: each bot need not wait discord.py's 2 s for more.
+        "AIZUCHI_DISCORD_READY_S": 0.25,
         **overrides,
     }
     (workdir / ".env").write_text(dotenv({name: value for name, value in variables.items() if value is not None}))
