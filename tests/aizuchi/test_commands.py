@@ -38,9 +38,10 @@ def environment(workdir: Path, **extra: str) -> dict[str, str]:
     return clean_environment(**settings_of(workdir, **extra))
 
 
-def run_to_end(workdir: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+def run_to_end(workdir: Path, *args: str, python: tuple[str, ...] = (), **env: str) -> subprocess.CompletedProcess[str]:
+    """``aizuchi args`` run to its end, with ``python``'s options for the interpreter."""
     return subprocess.run(
-        [sys.executable, "-m", "aizuchi", *args],
+        [sys.executable, *python, "-m", "aizuchi", *args],
         cwd=workdir,
         env=environment(workdir, **env),
         capture_output=True,
@@ -144,15 +145,7 @@ def test_the_shipped_personas_are_found_from_any_directory(tmp_path: Path) -> No
 
 def imported_by(workdir: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
     """``aizuchi args`` run to its end, and the modules it imported (from ``python -X importtime``)."""
-    result = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "aizuchi", *args],
-        cwd=workdir,
-        env=environment(workdir, **env),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_to_end(workdir, *args, python=("-X", "importtime"), **env)
     found = re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", result.stderr, re.MULTILINE)
     assert found, result.stderr
     return result, set(found)
