@@ -126,6 +126,7 @@ def test_a_missing_persona_directory_is_one_clear_line(tmp_path: Path) -> None:
         ("ARBITER_PERSONA_TOKENS", "not json"),
         ("ARBITER_ADMIN_TOKEN", "short-secret"),
         ("AIZUCHI_ARBITER_URL", "http://127.0.0.1:8340,ws://127.0.0.1:8341"),
+        ("AIZUCHI_DISCORD_READY_S", "soon"),
     ],
 )
 def test_invalid_settings_are_named_and_nothing_starts(tmp_path: Path, variable: str, value: str) -> None:
