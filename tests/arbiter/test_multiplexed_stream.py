@@ -19,10 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from aiohttp import WSMsgType
+from aiohttp._websocket.writer import WebSocketWriter
+from aiohttp.base_protocol import BaseProtocol
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arbiter.contract import Tier
+from arbiter.api.multiplex import text_frame_header
+from arbiter.contract import MessageEvent, Tier
 from tests.conftest import ADMIN_TOKEN, auth
 from tests.support.arbiters import serve
 from tests.support.events import frames_until, next_frame
@@ -453,3 +456,67 @@ async def test_the_stream_needs_a_token(client: TestClient[Any, Any]) -> None:
     response = await client.get(PATH)
     assert response.status == 401
     assert "Authorization" in (await response.json())["error"]["message"]
+
+
+# --- the frames on the wire --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("length", [0, 1, 125, 126, 127, 65535, 65536, 70000])
+async def test_a_frames_header_is_the_one_aiohttp_writes_for_a_text_frame(length: int) -> None:
+    """The stream writes its frames back to back itself: each must be what aiohttp's writer makes of send_str."""
+    written: list[bytes] = []
+
+    class Transport(asyncio.Transport):
+        def write(self, data: bytes | bytearray | memoryview) -> None:
+            written.append(bytes(data))
+
+        def is_closing(self) -> bool:
+            return False
+
+    text = "x" * length
+    await WebSocketWriter(BaseProtocol(asyncio.get_running_loop()), Transport()).send_frame(
+        text.encode(), WSMsgType.TEXT
+    )
+    assert text_frame_header(length) + text.encode() == b"".join(written)
+
+
+async def test_a_client_that_stops_reading_holds_its_feeds_back_until_the_channel_falls_behind(
+    arbiter: Arbiter, client: TestClient[Any, Any]
+) -> None:
+    """Backpressure: frames wait for the socket instead of piling up in the arbiter, so the feed of a channel that
+    goes on talking falls behind (and the client resumes after the last message it got, missing nothing)."""
+    arbiter.hub.queue_size = 3
+    service = arbiter.service
+    await service.ensure_channel("busy")
+    await service.record_message("busy", author_id="u1", author_name="Yui", text="hello")
+    [said] = (await service.history("busy", after=0, limit=1)).messages
+    text = "a long message " * 400  # some 6 kB a frame: the socket's buffers fill after a few hundred
+    async with client.ws_connect(PATH, headers=auth("hana")) as ws:
+        await subscribe(ws, busy=1)
+        await frames_until(ws, lambda f: f["type"] == "level")
+        published = 1
+        # Not read meanwhile: were the frames not held back, the feed would keep up with these forever.
+        while arbiter.hub.watching("busy") and published < 20_000:
+            published += 1
+            message = said.model_copy(update={"seq": published, "text": text})
+            arbiter.hub.publish([MessageEvent(channel_id="busy", message=message)])
+            await asyncio.sleep(0)
+        assert not arbiter.hub.watching("busy"), "the feed never fell behind: the frames were not held back"
+        frames = await frames_until(ws, lambda f: f["type"] == "ended", within=30)
+    got = seqs(frames, "busy")
+    assert got == list(range(2, len(got) + 2))
+    assert (frames[-1]["reason"], frames[-1]["after"]) == ("fell_behind", got[-1])
+    assert len(got) < published
+
+
+async def test_a_client_that_asks_for_compression_gets_its_frames_all_the_same(
+    arbiter: Arbiter, client: TestClient[Any, Any]
+) -> None:
+    await arbiter.service.ensure_channel("lobby")
+    async with client.ws_connect(PATH, headers=auth("hana"), compress=15) as ws:
+        assert ws.compress == 15
+        await subscribe(ws, lobby=0)
+        await frames_until(ws, lambda f: f["type"] == "level")
+        said = await arbiter.service.record_message("lobby", author_id="u1", author_name="Yui", text="hi " * 100)
+        frames = await frames_until(ws, lambda f: f["type"] == "message")
+        assert seqs(frames, "lobby") == [said.seq]
