@@ -24,6 +24,7 @@ does not know, 4401; a status asked (or a call made as one) for a persona the st
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import struct
@@ -125,15 +126,16 @@ class _Outbox:
         self._ready: asyncio.Future[None] | None = None  # the sender's, while it waits for a frame
         self._room: list[asyncio.Future[None]] = []  # the makers', while it is full
 
-    @property
-    def full(self) -> bool:
-        return len(self._frames) >= self._limit
-
-    def add(self, channel: str, number: int, frame: bytes) -> None:
-        self._frames.append((channel, number, frame))
+    def offer(self, channel: str, number: int, frame: bytes) -> bool:
+        """Whether the frame was taken in (not when the outbox is full)."""
+        frames = self._frames
+        if len(frames) >= self._limit:
+            return False
+        frames.append((channel, number, frame))
         ready = self._ready
         if ready is not None and not ready.done():
             ready.set_result(None)
+        return True
 
     async def room(self) -> None:
         """Once the sender has taken what is waiting (the outbox may be full again by then: check)."""
@@ -220,6 +222,8 @@ class _Multiplex:
         self._current: dict[str, int] = {}
         self._feeds: dict[str, asyncio.Task[None]] = {}
         self._answers: set[asyncio.Task[None]] = set()
+        self._calls: set[asyncio.Task[wire.ReplyEvent]] = set()  # held while carried out
+        self._closed = False  # the stream has ended: replies still to come are lost
         self._numbers = itertools.count(_ANY + 1)
         self._starting = asyncio.Semaphore(_STARTING)
 
@@ -247,6 +251,7 @@ class _Multiplex:
                     await self._socket.close(code=BAD_COMMAND, message=b"commands are JSON text frames")
                     break
         finally:
+            self._closed = True
             tasks = [*self._feeds.values(), *self._answers, sender]
             for task in tasks:
                 task.cancel()
@@ -296,24 +301,34 @@ class _Multiplex:
             asks = [(ask.channel, ask.persona or self._persona) for ask in command.status]
             self._keep(asyncio.create_task(self._answer(asks), name="multiplexed statuses"))
         for call in command.calls:
+            persona = call.persona or self._persona
+            assert persona is not None  # checked by _admit
             # Each on its own, as HTTP requests are: one that waits for the writer does not hold the others back.
-            self._keep(asyncio.create_task(self._reply(call, call.persona or self._persona), name="stream call"))
+            # Carried out even if the stream closes meanwhile (never cancelled), as an HTTP request is when its
+            # client goes away: only the reply is lost (the client counts a call without one as in doubt).
+            carried_out = asyncio.create_task(answer_call(self._service, call, persona), name="stream call")
+            self._calls.add(carried_out)
+            carried_out.add_done_callback(functools.partial(self._reply, call))
 
     def _keep(self, answer: asyncio.Task[None]) -> None:
         self._answers.add(answer)
         answer.add_done_callback(self._answers.discard)
 
-    async def _reply(self, call: wire.StreamCall, persona: str | None) -> None:
-        assert persona is not None  # checked by _admit
-        try:
-            # Carried out even if the stream closes meanwhile, as an HTTP request is when its client goes away:
-            # only the reply is lost (the client counts a call without one as in doubt).
-            reply = await asyncio.shield(answer_call(self._service, call, persona))
-        except Exception:
+    def _reply(self, call: wire.StreamCall, carried_out: asyncio.Task[wire.ReplyEvent]) -> None:
+        """The call's reply to the outbox (a done callback: no task waits for each call's end to send it)."""
+        self._calls.discard(carried_out)
+        if self._closed or carried_out.cancelled():
+            return
+        error = carried_out.exception()
+        if error is None:
+            reply = carried_out.result()
+        else:
             # What HTTP answers with a 500: the client hears of it rather than waiting for its time limit.
-            _log.exception("%s %s on the stream failed", call.method, call.path)
+            _log.error("%s %s on the stream failed", call.method, call.path, exc_info=error)
             reply = wire.ReplyEvent(id=call.id, status=500, body=error_body("internal", "the arbiter failed"))
-        await self._put(reply.channel_id or "", _ANY, reply.model_dump_json())
+        channel, frame = reply.channel_id or "", reply.model_dump_json().encode()
+        if not self._outbox.offer(channel, _ANY, frame):
+            self._keep(asyncio.create_task(self._put(channel, _ANY, frame), name="stream call reply"))
 
     def _stop(self, channel: str) -> None:
         task = self._feeds.pop(channel, None)
@@ -321,9 +336,9 @@ class _Multiplex:
             task.cancel()
 
     async def _put(self, channel: str, number: int, frame: str | bytes) -> None:
-        while self._outbox.full:
+        payload = frame.encode() if isinstance(frame, str) else frame
+        while not self._outbox.offer(channel, number, payload):
             await self._outbox.room()
-        self._outbox.add(channel, number, frame.encode() if isinstance(frame, str) else frame)
 
     async def _send(self) -> None:
         while True:
