@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field, TypeAdapter
 from arbiter.contract import ArbiterEvent, PersonaInfoView
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterable
+    from collections.abc import AsyncIterator, Callable, Container, Iterable
 
 __all__ = ("CatchUpEvent", "Event", "EventHub", "PersonaEvent", "Subscription", "parse_any_event")
 
@@ -60,12 +60,13 @@ class Subscription:
     """One subscriber's queue of a channel's events. Iterate it; it ends when it is closed (after what was queued
     by then) or when the hub drops it for falling behind (at once: see ``overflowed``)."""
 
-    __slots__ = ("_ended", "_hub", "_maxsize", "_queue", "_waiter", "channel_id", "overflowed")  # one per feed
+    __slots__ = ("_ended", "_hub", "_maxsize", "_queue", "_unwanted", "_waiter", "channel_id", "overflowed")
 
-    def __init__(self, hub: EventHub, channel_id: str, maxsize: int) -> None:
+    def __init__(self, hub: EventHub, channel_id: str, maxsize: int, unwanted: Container[str] = frozenset()) -> None:
         self.channel_id = channel_id
         self._hub = hub
         self._maxsize = maxsize
+        self._unwanted = unwanted  # the types of events its reader would drop (read at each event: it may change)
         # Both made only when needed: a stream follows a thousand channels, most of them quiet most of the time.
         self._queue: deque[Event] | None = None
         self._waiter: asyncio.Future[None] | None = None  # the reader's, while it waits for an event
@@ -75,6 +76,8 @@ class Subscription:
     def _offer(self, event: Event) -> bool:
         if self._ended:
             return False
+        if event.type in self._unwanted:
+            return True  # not queued: its reader is not woken for an event it would drop
         if self._queue is None:
             self._queue = deque()
         if len(self._queue) >= self._maxsize:
@@ -142,8 +145,10 @@ class EventHub:
         self.queue_size = queue_size
         self._listeners: list[Callable[[Event], Any]] = []
 
-    def subscribe(self, channel_id: str) -> Subscription:
-        subscription = Subscription(self, channel_id, self.queue_size)
+    def subscribe(self, channel_id: str, *, unwanted: Container[str] = frozenset()) -> Subscription:
+        """A subscription to the channel's events, but for those whose ``type`` is in ``unwanted`` (which the
+        caller may change as it goes)."""
+        subscription = Subscription(self, channel_id, self.queue_size, unwanted)
         self._subscribers[channel_id].add(subscription)
         return subscription
 

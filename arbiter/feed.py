@@ -26,7 +26,7 @@ from arbiter.core.errors import ArbiterError
 from arbiter.events import CatchUpEvent, PersonaEvent
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Container
 
     from arbiter.events import EventHub, Subscription
     from arbiter.service import ArbiterService
@@ -57,14 +57,26 @@ class ChannelFeed:
         "_service",
         "_start_seq",
         "_subscription",
+        "_unwanted",
         "channel_id",
         "last_seq",
     )
 
     def __init__(
-        self, service: ArbiterService, hub: EventHub, channel_id: str, *, after: int | None, recent: int | None = None
+        self,
+        service: ArbiterService,
+        hub: EventHub,
+        channel_id: str,
+        *,
+        after: int | None,
+        recent: int | None = None,
+        unwanted: Container[str] = frozenset(),
     ) -> None:
         self.channel_id = channel_id
+        # The types of live events the client does without (the caller may change it as it goes): never queued. Not
+        # "message": the feed follows the seqs through the messages it hands out.
+        assert "message" not in unwanted
+        self._unwanted = unwanted
         self._service = service
         self._hub = hub
         self._after = after
@@ -79,7 +91,7 @@ class ChannelFeed:
         self.last_seq = after or 0
 
     async def __aenter__(self) -> ChannelFeed:
-        self._subscription = self._hub.subscribe(self.channel_id)
+        self._subscription = self._hub.subscribe(self.channel_id, unwanted=self._unwanted)
         try:
             self._level, last_seq = await self._service.stream_start(self.channel_id)
         except BaseException:

@@ -216,6 +216,9 @@ class _Multiplex:
         self._persona = persona_id
         self._personas = {persona_id} if persona_id is not None else set()  # whom the stream acts for
         self._skip: frozenset[str] = frozenset()
+        # The skipped types the feeds' subscriptions drop as they come (no wake of a feed for an event it would not
+        # send): every one but "message", whose seqs the feeds follow. Changed in place: the feeds read it.
+        self._unwanted: set[str] = set()
         self._outbox = _Outbox(_OUTBOX)
         # Each channel's current subscription: frames of one it replaced (or of one unsubscribed) still queued are
         # dropped on the way out, so a channel subscribed again starts clean from the new point.
@@ -287,6 +290,8 @@ class _Multiplex:
     def _apply(self, command: wire.StreamCommand) -> None:
         if command.skip is not None:
             self._skip = frozenset(command.skip)
+            self._unwanted.clear()
+            self._unwanted.update(self._skip - {"message"})
         for channel in command.unsubscribe:
             self._stop(channel)
             self._current.pop(channel, None)
@@ -392,7 +397,7 @@ class _Multiplex:
         starting = True
         await self._starting.acquire()
         try:
-            feed = ChannelFeed(self._service, self._hub, channel, after=after, recent=recent)
+            feed = ChannelFeed(self._service, self._hub, channel, after=after, recent=recent, unwanted=self._unwanted)
             try:
                 await feed.__aenter__()
             except NotFound as error:

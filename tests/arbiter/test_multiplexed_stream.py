@@ -364,6 +364,25 @@ async def test_skipped_kinds_are_not_sent_but_the_level_that_ends_a_replay_is(
         assert [(await next_frame(ws))["type"] for _ in range(2)] == ["claim", "level"]
 
 
+async def test_messages_skipped_are_not_sent_once_they_are_no_longer_skipped(
+    arbiter: Arbiter, client: TestClient[Any, Any]
+) -> None:
+    service = arbiter.service
+    await service.ensure_channel("lobby")
+    async with client.ws_connect(PATH, headers=auth("hana")) as ws:
+        await ws.send_str(json.dumps({"skip": ["message", "level"], "subscribe": [{"channel": "lobby", "after": 0}]}))
+        assert (await next_frame(ws))["type"] == "level"
+        await service.record_message("lobby", author_id="u1", author_name="Yui", text="unsent")
+        await ask(ws, {"channel": "lobby"})
+        assert (await next_frame(ws))["type"] == "status"  # the message came, and went unsent, before
+        await ws.send_str(json.dumps({"skip": ["level"]}))
+        await ask(ws, {"channel": "lobby"})
+        assert (await next_frame(ws))["type"] == "status"
+        said = await service.record_message("lobby", author_id="u1", author_name="Yui", text="sent")
+        frame = await next_frame(ws)
+        assert (frame["type"], frame["message"]["seq"]) == ("message", said.seq)  # not the skipped one, read again
+
+
 async def test_after_and_recent_together_start_from_whichever_is_earlier(
     arbiter: Arbiter, client: TestClient[Any, Any]
 ) -> None:
