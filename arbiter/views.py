@@ -68,13 +68,17 @@ def image_view(image: ImageRef) -> wire.ImageView:
     )
 
 
-def memory_view(memory: Memory) -> wire.MemoryView:
+def memory_view(memory: Memory, checked: wire.DialogueState | None = None) -> wire.MemoryView:
+    """``checked``: the state as it came in and was validated, when ``memory`` was made from it just now (a speech's or
+    a release's notes, stored): not validated again from its stored form, which is its dump."""
+    if checked is None:
+        # Stored only once checked against the cap, as it came in: not counted again on every read.
+        checked = wire.DialogueState.model_validate(memory.state, context=wire.FROM_THE_ARBITER)
     return wire.MemoryView(
         channel_id=memory.channel_id,
         persona=memory.persona_id,
         seq=memory.seq,
-        # Stored only once checked against the cap, as it came in: not counted again on every read.
-        state=wire.DialogueState.model_validate(memory.state, context=wire.FROM_THE_ARBITER),
+        state=checked,
         updated_at=memory.updated_at,
     )
 
@@ -188,8 +192,7 @@ def _status_fields(state: ChannelState, now: float, persona_id: str | None, disp
     spends are gathered once, for the level, the refunds and the verdicts alike."""
     settings = state.settings
     pending = rules.pending(state, now)
-    # rules.level, from the spends already gathered: the same ones, the same sum.
-    level = max(0, settings.capacity - sum(spend.cost for spend in pending))
+    level = _level(state, pending)
     you = claim = None
     if persona_id is not None:
         policy = settings.policy(persona_id)
@@ -320,16 +323,26 @@ def release_result(state: ChannelState, now: float, outcome: Outcome) -> wire.Re
 # --- events: what the stream hears --------------------------------------------------------------------------
 
 
-def level_event(state: ChannelState, now: float) -> wire.LevelEvent:
-    schedule = rules.refund_schedule(state, now)
+def level_event(state: ChannelState, now: float, pending: list[Spend] | None = None) -> wire.LevelEvent:
+    """``pending``: ``rules.pending(state, now)``, if the caller has it (the level and the refunds are both made
+    from it)."""
+    if pending is None:
+        pending = rules.pending(state, now)
+    schedule = [(spend.refund_at, spend.cost) for spend in pending]
     return wire.LevelEvent(
         channel_id=state.channel_id,
-        level=rules.level(state, now),
+        level=_level(state, pending),
         capacity=state.settings.capacity,
         at=now,
         next_refund_at=schedule[0][0] if schedule else None,
         refunds=_refunds(schedule),
     )
+
+
+def _level(state: ChannelState, pending: list[Spend]) -> int:
+    """``rules.level`` from the pending spends already gathered: the same spends (every active one and every live
+    claim), so the same sum."""
+    return max(0, state.settings.capacity - sum(spend.cost for spend in pending))
 
 
 def transition_events(transition: Transition, before: ChannelState, now: float) -> list[wire.ArbiterEvent]:
@@ -349,7 +362,9 @@ def transition_events(transition: Transition, before: ChannelState, now: float) 
         wire.ClaimEvent(channel_id=channel_id, claim=claim_view(s, now))
         for s in (*transition.new_spends, *transition.changed_spends)
     ]
-    moved = rules.level(transition.state, now) != rules.level(before, now)
+    # The state after is gathered once for its level and its level event.
+    pending = rules.pending(transition.state, now)
+    moved = _level(transition.state, pending) != rules.level(before, now)
     if moved or transition.new_spends or transition.changed_spends:
-        events.append(level_event(transition.state, now))
+        events.append(level_event(transition.state, now, pending))
     return events
