@@ -48,7 +48,9 @@ class PersonaMemory(ServiceCore):
             return
         memory = Memory(channel_id, persona_id, update.seq, update.state.model_dump(mode="json"), tx.now())
         if tx.save_memory(memory):
-            tx.emit(wire.MemoryEvent(channel_id=channel_id, persona=persona_id, memory=memory_view(memory)))
+            # The event shows the state as validated when it came in: its stored dump is not validated back.
+            view = memory_view(memory, update.state)
+            tx.emit(wire.MemoryEvent(channel_id=channel_id, persona=persona_id, memory=view))
         else:
             _log.debug("persona=%s channel=%s: kept a newer memory than seq %d", persona_id, channel_id, update.seq)
 

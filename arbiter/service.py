@@ -29,6 +29,7 @@ from arbiter.views import (
     persona_view,
     release_result,
     speak_result,
+    status_event_json,
     status_view,
 )
 
@@ -287,6 +288,14 @@ class ArbiterService(PlatformIntake, ChannelAdministration, PersonaMemory):
         state = await self._read_state(channel_id, now)
         name = None if persona_id is None else self.registry.name(persona_id)
         return status_view(state, now, persona_id=persona_id, display_name=name)
+
+    async def status_frame(self, channel_id: str, persona_id: str) -> str:
+        """The ``StatusEvent`` the multiplexed stream sends for ``status(channel_id, persona_id)``, as its JSON text:
+        written in one pass, with no model validated only to be dumped (``views.status_event_json``)."""
+        now = self.now()
+        state = await self._read_state(channel_id, now)
+        name = self.registry.name(persona_id)
+        return status_event_json(state, now, channel_id=channel_id, persona_id=persona_id, display_name=name)
 
     async def usage_today(self, channel_id: str) -> wire.UsageList:
         """Each persona's tokens in the channel today (UTC), the prompt cache's reads and writes apart."""

@@ -6,13 +6,15 @@ The status a persona reads carries, per tier, the core's own verdict on a claim 
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import asdict
-from typing import TYPE_CHECKING, TypeVar
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic_core import to_json
 
 from arbiter import contract as wire
 from arbiter.core import rules
-from arbiter.core.models import SETTINGS
+from arbiter.core.models import SETTINGS, RefusalReason, SpendState, Tier
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -31,6 +33,7 @@ __all__ = (
     "release_result",
     "settings_view",
     "speak_result",
+    "status_event_json",
     "status_view",
     "transition_events",
     "upcoming_refunds",
@@ -65,13 +68,17 @@ def image_view(image: ImageRef) -> wire.ImageView:
     )
 
 
-def memory_view(memory: Memory) -> wire.MemoryView:
+def memory_view(memory: Memory, checked: wire.DialogueState | None = None) -> wire.MemoryView:
+    """``checked``: the state as it came in and was validated, when ``memory`` was made from it just now (a speech's or
+    a release's notes, stored): not validated again from its stored form, which is its dump."""
+    if checked is None:
+        # Stored only once checked against the cap, as it came in: not counted again on every read.
+        checked = wire.DialogueState.model_validate(memory.state, context=wire.FROM_THE_ARBITER)
     return wire.MemoryView(
         channel_id=memory.channel_id,
         persona=memory.persona_id,
         seq=memory.seq,
-        # Stored only once checked against the cap, as it came in: not counted again on every read.
-        state=wire.DialogueState.model_validate(memory.state, context=wire.FROM_THE_ARBITER),
+        state=checked,
         updated_at=memory.updated_at,
     )
 
@@ -151,8 +158,41 @@ def status_view(
 
     Built as plain values and validated once, not as a model per tier, refund and standing: a status is made at
     every look of every persona, and each model built on its own is a call into pydantic (a dozen per status)."""
+    return wire.StatusView.model_validate(_status_fields(state, now, persona_id, display_name))
+
+
+def status_event_json(state: ChannelState, now: float, *, channel_id: str, persona_id: str, display_name: str) -> str:
+    """The ``StatusEvent`` of ``status_view`` as the stream sends it, the very JSON ``model_dump_json`` writes, made
+    in one pass: the plain values go to pydantic's own serializer, with no model validated only to be dumped (the
+    stream asks for a status at every look of every persona). A test holds the two to the same bytes."""
+    event = {
+        "type": "status",
+        "channel_id": channel_id,
+        "persona": persona_id,
+        "status": _status_fields(state, now, persona_id, display_name),
+    }
+    # As a model's float fields are written: an infinity or NaN as null (to_json's own default writes them bare).
+    return to_json(event, inf_nan_mode="null").decode()
+
+
+# Each enum member as its plain string: serialized as an enum, a member's value is read through a Python
+# descriptor (a call each); a plain str is copied. Validated into a model, the string is the member again.
+_PLAIN: Mapping[str, str] = MappingProxyType(
+    {member: member.value for kind in (Tier, RefusalReason, SpendState) for member in kind}
+)
+
+
+def _float(value: float | None) -> float | None:
+    # A model's float field turns an int into a float (written 5.0, not 5): the one-pass JSON must too.
+    return None if value is None else float(value)
+
+
+def _status_fields(state: ChannelState, now: float, persona_id: str | None, display_name: str | None) -> dict[str, Any]:
+    """``StatusView``'s fields as plain values, in its field order (the order its JSON has them in). The pending
+    spends are gathered once, for the level, the refunds and the verdicts alike."""
     settings = state.settings
-    level = rules.level(state, now)
+    pending = rules.pending(state, now)
+    level = _level(state, pending)
     you = claim = None
     if persona_id is not None:
         policy = settings.policy(persona_id)
@@ -163,47 +203,67 @@ def status_view(
             "cannot_post": policy.cannot_post,
         }
         held = state.claim_of(persona_id, now)
-        claim = None if held is None else claim_view(held, now)
+        claim = None if held is None else _claim_fields(held, now)
+    found = {} if persona_id is None else rules.verdicts(state, persona_id, now, pending)
     tiers = {}
-    found = {} if persona_id is None else rules.verdicts(state, persona_id, now)
     for tier, rule in settings.tiers.items():
         verdict = found.get(tier)
-        tiers[tier] = {
+        tiers[_PLAIN[tier]] = {
             "cost": rule.cost,
             "max_length": rule.max_length,
-            "recovery_s": rule.recovery_s,
+            "recovery_s": float(rule.recovery_s),
             "affordable": rule.cost <= level,
             "may_claim": None if persona_id is None else verdict is None,
-            "reason": None if verdict is None else verdict.reason,
+            "reason": None if verdict is None else _PLAIN[verdict.reason],
             "detail": None if verdict is None else verdict.detail,
-            "retry_after": None if verdict is None else verdict.retry_after,
+            "retry_after": None if verdict is None else _float(verdict.retry_after),
         }
     priority = state.priority if state.priority is not None and now < state.priority.until else None
-    refunds = upcoming_refunds(rules.refund_schedule(state, now))
-    return wire.StatusView.model_validate(
-        {
-            "channel_id": state.channel_id,
-            "now": now,
-            "level": level,
-            "capacity": settings.capacity,
-            "enabled": settings.enabled,
-            "paused": settings.paused,
-            "topic": settings.topic,
-            "tiers": tiers,
-            "refunds": [{"at": at, "amount": amount} for at, amount in refunds],
-            "bot_streak": state.bot_streak,
-            "idle_cap": settings.idle_cap,
-            "priority": sorted(priority.persona_ids) if priority else [],
-            "priority_until": priority.until if priority else None,
-            "tokens_today": rules.tokens_today(state, now),
-            "daily_token_budget": settings.daily_token_budget,
-            "last_seq": state.last_seq,
-            "stale_tolerance": settings.stale_tolerance,
-            "claims_held": dict(Counter(claim.tier for claim in state.claims if claim.held(now))),
-            "you": you,
-            "claim": claim,
-        }
-    )
+    refunds = upcoming_refunds([(spend.refund_at, spend.cost) for spend in pending])
+    return {
+        "channel_id": state.channel_id,
+        "now": float(now),
+        "level": level,
+        "capacity": settings.capacity,
+        "enabled": settings.enabled,
+        "paused": settings.paused,
+        "topic": settings.topic,
+        "tiers": tiers,
+        "refunds": [{"at": float(at), "amount": amount} for at, amount in refunds],
+        "bot_streak": state.bot_streak,
+        "idle_cap": settings.idle_cap,
+        "priority": sorted(priority.persona_ids) if priority else [],
+        "priority_until": float(priority.until) if priority else None,
+        "tokens_today": rules.tokens_today(state, now),
+        "daily_token_budget": settings.daily_token_budget,
+        "last_seq": state.last_seq,
+        "stale_tolerance": settings.stale_tolerance,
+        "claims_held": _claims_held(state, now),
+        "you": you,
+        "claim": claim,
+    }
+
+
+def _claim_fields(spend: Spend, now: float) -> dict[str, Any]:
+    """``claim_view``'s fields as plain values."""
+    return {
+        "claim_id": spend.id,
+        "persona": spend.persona_id,
+        "tier": _PLAIN[spend.tier],
+        "cost": spend.cost,
+        "state": _PLAIN[spend.state],
+        "expires_at": float(spend.refund_at) if spend.held(now) else None,
+    }
+
+
+def _claims_held(state: ChannelState, now: float) -> dict[str, int]:
+    """Live claims by tier, in the order of their first claim (as a ``Counter`` would count them)."""
+    held: dict[str, int] = {}
+    for claim in state.claims:
+        if claim.held(now):
+            tier = _PLAIN[claim.tier]
+            held[tier] = held.get(tier, 0) + 1
+    return held
 
 
 # --- verdicts: what a spending call answers ---------------------------------------------------------------
@@ -263,16 +323,26 @@ def release_result(state: ChannelState, now: float, outcome: Outcome) -> wire.Re
 # --- events: what the stream hears --------------------------------------------------------------------------
 
 
-def level_event(state: ChannelState, now: float) -> wire.LevelEvent:
-    schedule = rules.refund_schedule(state, now)
+def level_event(state: ChannelState, now: float, pending: list[Spend] | None = None) -> wire.LevelEvent:
+    """``pending``: ``rules.pending(state, now)``, if the caller has it (the level and the refunds are both made
+    from it)."""
+    if pending is None:
+        pending = rules.pending(state, now)
+    schedule = [(spend.refund_at, spend.cost) for spend in pending]
     return wire.LevelEvent(
         channel_id=state.channel_id,
-        level=rules.level(state, now),
+        level=_level(state, pending),
         capacity=state.settings.capacity,
         at=now,
         next_refund_at=schedule[0][0] if schedule else None,
         refunds=_refunds(schedule),
     )
+
+
+def _level(state: ChannelState, pending: list[Spend]) -> int:
+    """``rules.level`` from the pending spends already gathered: the same spends (every active one and every live
+    claim), so the same sum."""
+    return max(0, state.settings.capacity - sum(spend.cost for spend in pending))
 
 
 def transition_events(transition: Transition, before: ChannelState, now: float) -> list[wire.ArbiterEvent]:
@@ -292,7 +362,9 @@ def transition_events(transition: Transition, before: ChannelState, now: float) 
         wire.ClaimEvent(channel_id=channel_id, claim=claim_view(s, now))
         for s in (*transition.new_spends, *transition.changed_spends)
     ]
-    moved = rules.level(transition.state, now) != rules.level(before, now)
+    # The state after is gathered once for its level and its level event.
+    pending = rules.pending(transition.state, now)
+    moved = _level(transition.state, pending) != rules.level(before, now)
     if moved or transition.new_spends or transition.changed_spends:
-        events.append(level_event(transition.state, now))
+        events.append(level_event(transition.state, now, pending))
     return events

@@ -385,13 +385,12 @@ class _Multiplex:
         for channel, persona in asks:
             assert persona is not None  # checked by _admit
             try:
-                status = await self._service.status(channel, persona)
+                answer = await self._service.status_frame(channel, persona)
             except NotFound as error:
                 frame = wire.EndedEvent(channel_id=channel, reason="unknown_channel", detail=str(error))
                 await self._put(channel, _ANY, frame.model_dump_json())
                 continue
-            answer = wire.StatusEvent(channel_id=channel, persona=persona, status=status)
-            await self._put(channel, _ANY, answer.model_dump_json())
+            await self._put(channel, _ANY, answer)
 
     async def _follow(self, channel: str, after: int | None, recent: int | None, number: int) -> None:
         starting = True

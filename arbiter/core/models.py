@@ -134,6 +134,10 @@ class PersonaPolicy:
     cannot_post: str | None = None
 
 
+_ENABLED = PersonaPolicy()
+_DISABLED = PersonaPolicy(enabled=False)
+
+
 @dataclass(frozen=True, slots=True)
 class ChannelSettings:
     capacity: int = _setting(100, doc="the pool's size", low=1, high=1_000_000)
@@ -163,7 +167,8 @@ class ChannelSettings:
         found = self.personas.get(persona_id)
         if found is not None:
             return found
-        return PersonaPolicy(enabled=self.personas_enabled_by_default)
+        # Frozen, so shared: asked at every status, for personas that mostly have no policy of their own.
+        return _ENABLED if self.personas_enabled_by_default else _DISABLED
 
     def with_policy(self, persona_id: str, policy: PersonaPolicy) -> ChannelSettings:
         return replace(self, personas={**self.personas, persona_id: policy})

@@ -45,6 +45,7 @@ __all__ = (
     "link_platform_id",
     "move_to_end",
     "observe",
+    "pending",
     "record_usage",
     "refund_schedule",
     "release",
@@ -118,6 +119,12 @@ def refund_schedule(state: ChannelState, now: float) -> list[tuple[float, int]]:
     return [(spend.refund_at, spend.cost) for spend in _pending(state, now)]
 
 
+def pending(state: ChannelState, now: float) -> list[Spend]:
+    """Every spend and claim not yet refunded, soonest refund first: what ``level`` subtracts and ``refund_schedule``
+    lists, for a caller that needs several of them at once (a status) and would otherwise gather it each time."""
+    return _pending(state, now)
+
+
 def _pending(state: ChannelState, now: float) -> list[Spend]:
     """Every spend and claim not yet refunded, soonest refund first."""
     pending = list(ledger.active(state.spends, now))
@@ -135,7 +142,9 @@ def _wait_for(
     capacity = state.settings.capacity
     if cost > capacity:
         return None
-    active = [spend for spend in (_pending(state, now) if pending is None else pending) if spend.id != excluding]
+    active = _pending(state, now) if pending is None else pending
+    if excluding is not None:
+        active = [spend for spend in active if spend.id != excluding]
     available = capacity - sum(spend.cost for spend in active)
     for spend in active:
         if available >= cost:
@@ -285,21 +294,39 @@ def check_turn(
     return None
 
 
-def verdicts(state: ChannelState, persona_id: str, now: float) -> dict[Tier, Refusal | None]:
+def verdicts(
+    state: ChannelState, persona_id: str, now: float, pending: list[Spend] | None = None
+) -> dict[Tier, Refusal | None]:
     """``check_turn`` of a claim of each tier by ``persona_id`` now (what its status shows), the checks that are the
-    same for every tier made once: a status is read at every look of every persona."""
+    same for every tier made once: a status is read at every look of every persona. ``pending``: ``pending(state,
+    now)``, if the caller has it."""
     tiers = state.settings.tiers
-    refusal = _standing(state, persona_id) or _budget_spent(state, now) or _idle_capped(state, persona_id, now, None)
+    # The claims others hold, gathered once for the idle cap and the nod checks (each gathered its own).
+    others = _holds_by_others(state, persona_id, now)
+    refusal = (
+        _standing(state, persona_id) or _budget_spent(state, now) or _idle_capped(state, persona_id, now, None, others)
+    )
     if refusal is not None:
         return dict.fromkeys(tiers, refusal)
-    pending = _pending(state, now)
+    if pending is None:
+        pending = _pending(state, now)
     available = max(0, state.settings.capacity - sum(spend.cost for spend in pending))
+    # The floor and nod checks tell a nod only from the rest: made once for each kind, not once per tier.
+    turns: dict[bool, Refusal | None] = {}
     found: dict[Tier, Refusal | None] = {}
     for tier, rule in tiers.items():
-        refusal = _floor_taken(state, persona_id, tier, now)
-        if refusal is None:
-            nod = tier is Tier.AIZUCHI
-            refusal = _nodded(state, persona_id, now, None) if nod else _nod_first(state, persona_id, now, None)
+        nod = tier is Tier.AIZUCHI
+        if nod in turns:
+            refusal = turns[nod]
+        else:
+            refusal = _floor_taken(state, persona_id, tier, now)
+            if refusal is None:
+                refusal = (
+                    _nodded(state, persona_id, now, None, others=others)
+                    if nod
+                    else _nod_first(state, persona_id, now, None, others=others)
+                )
+            turns[nod] = refusal
         if refusal is None and available < rule.cost:
             refusal = Refusal(
                 RefusalReason.INSUFFICIENT,
@@ -334,9 +361,14 @@ def _budget_spent(state: ChannelState, now: float) -> Refusal | None:
     )
 
 
-def _idle_capped(state: ChannelState, persona_id: str, now: float, replacing: str | None) -> Refusal | None:
+def _idle_capped(
+    state: ChannelState, persona_id: str, now: float, replacing: str | None, others: list[Spend] | None = None
+) -> Refusal | None:
+    """``others``: ``_holds_by_others(state, persona_id, now)``, if the caller has it."""
     cap = state.settings.idle_cap
-    in_flight = sum(1 for s in _holds_by_others(state, persona_id, now) if s.id != replacing)
+    if others is None:
+        others = _holds_by_others(state, persona_id, now)
+    in_flight = sum(1 for s in others if s.id != replacing)
     if state.bot_streak + in_flight < cap:
         return None
     return Refusal(
@@ -378,7 +410,13 @@ def _floor_taken(state: ChannelState, persona_id: str, tier: Tier, now: float) -
 
 
 def _nodded(
-    state: ChannelState, persona_id: str, now: float, replacing: str | None, *, claimed: bool = False
+    state: ChannelState,
+    persona_id: str,
+    now: float,
+    replacing: str | None,
+    *,
+    claimed: bool = False,
+    others: list[Spend] | None = None,
 ) -> Refusal | None:
     """One nod per message: none to a nod, none while another persona's nod is on its way. Nor while another
     persona is about to speak: its message would come first, and the nod would be about one no longer the latest
@@ -388,7 +426,9 @@ def _nodded(
         return Refusal(RefusalReason.NODDED, "the latest message is a nod; a nod to a nod is noise")
     if claimed:
         return None
-    coming = [s for s in _holds_by_others(state, persona_id, now) if s.id != replacing]
+    if others is None:
+        others = _holds_by_others(state, persona_id, now)
+    coming = [s for s in others if s.id != replacing]
     if coming:
         first = min(coming, key=lambda spend: spend.refund_at)
         what = "nodding to the latest message" if first.tier is Tier.AIZUCHI else "about to speak"
@@ -406,14 +446,14 @@ def _nodded(
 NOD_FIRST_S = 3.0
 
 
-def _nod_first(state: ChannelState, persona_id: str, now: float, replacing: str | None) -> Refusal | None:
+def _nod_first(
+    state: ChannelState, persona_id: str, now: float, replacing: str | None, *, others: list[Spend] | None = None
+) -> Refusal | None:
     if state.priority is not None and persona_id in state.priority.persona_ids and now < state.priority.until:
         return None  # an answer does not wait for a nod to the question (that nod will be stale anyway)
-    nodding = [
-        s
-        for s in _holds_by_others(state, persona_id, now)
-        if s.tier is Tier.AIZUCHI and s.id != replacing and now < s.created_at + NOD_FIRST_S
-    ]
+    if others is None:
+        others = _holds_by_others(state, persona_id, now)
+    nodding = [s for s in others if s.tier is Tier.AIZUCHI and s.id != replacing and now < s.created_at + NOD_FIRST_S]
     if not nodding:
         return None
     first = min(nodding, key=lambda spend: spend.created_at)

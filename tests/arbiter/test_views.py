@@ -1,0 +1,130 @@
+"""The stream's one-pass status (``views.status_event_json``) against the model it stands for: the same bytes as
+``StatusEvent.model_dump_json`` of ``status_view``, over channels in many states; and the status's figures against
+the rules they are gathered from once."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from arbiter import contract as wire
+from arbiter.core import rules
+from arbiter.core.models import PersonaPolicy, Tier, TierRule
+from arbiter.views import status_event_json, status_view, upcoming_refunds
+from tests.arbiter.core.builders import HANA, HUMAN, KAI, MIO, T0, channel, new_id
+
+if TYPE_CHECKING:
+    from arbiter.core.models import ChannelState
+    from arbiter.core.rules import Author
+
+_PEOPLE = (HANA, KAI, MIO)
+_MOVES = st.lists(
+    st.tuples(
+        st.sampled_from(["hear", "ask", "nod", "remark", "long", "claim nod", "claim long", "pass", "speak", "usage"]),
+        st.sampled_from(_PEOPLE),
+        # Fractions of a second as well as whole ones: the times are written as floats.
+        st.one_of(st.floats(min_value=0.0, max_value=6.0), st.integers(0, 4)),
+    ),
+    max_size=14,
+)
+_TIERS = st.fixed_dictionaries(
+    {
+        tier: st.builds(
+            TierRule,
+            cost=st.sampled_from([1, 5, 60, 80]),
+            max_length=st.sampled_from([24, 120, 2_000]),
+            # An int among them: a model's float field writes it as 5.0, and so must the one pass.
+            recovery_s=st.sampled_from([0.0, 2.5, 5, 1e-5, 3_600.0]),
+        )
+        for tier in Tier
+    }
+)
+_SETTINGS = st.fixed_dictionaries(
+    {
+        "capacity": st.sampled_from([60, 100, 250]),
+        "idle_cap": st.integers(1, 6),
+        "human_hold_s": st.sampled_from([0.0, 2.0]),
+        "priority_window_s": st.sampled_from([0.0, 10.0]),
+        "paused": st.sampled_from([False, False, False, True]),
+        "enabled": st.sampled_from([True, True, False]),
+        "daily_token_budget": st.sampled_from([None, 1, 10_000]),
+        "stale_tolerance": st.integers(0, 3),
+        # Quotes, escapes, control characters and characters beyond ASCII: written as the model writes them.
+        "topic": st.text(max_size=12),
+        "tiers": _TIERS,
+    }
+)
+_POLICIES = st.dictionaries(
+    st.sampled_from([p.id for p in _PEOPLE]),
+    st.builds(
+        PersonaPolicy,
+        enabled=st.booleans(),
+        muted=st.booleans(),
+        cannot_post=st.sampled_from([None, 'no "send" permission \u2014 \U0001f6ab\n']),
+    ),
+    max_size=2,
+)
+
+
+def _moved(state: ChannelState, move: tuple[str, Author, float], now: float) -> ChannelState:
+    """The state after one move, whatever the rules said to it (a refusal leaves it as it was)."""
+    what, who, _ = move
+    held = state.claim_of(who.id, now)
+    if what in ("hear", "ask"):
+        addressed = (who.id,) if what == "ask" else ()
+        return rules.observe(state, HUMAN, f"{what} {who.id}", now, addressed=addressed).state
+    if what == "usage":
+        return rules.record_usage(state, 7_000, now).state
+    if what in ("nod", "remark", "long"):
+        tier = {"nod": Tier.AIZUCHI, "remark": Tier.REMARK, "long": Tier.LONG}[what]
+        return rules.consume(state, who, f"{who.name} {what}", now, spend_id=new_id(), tier=tier).state
+    if what.startswith("claim"):
+        tier = Tier.AIZUCHI if what.endswith("nod") else Tier.LONG
+        return rules.claim(state, who.id, tier, now, claim_id=new_id("c")).state
+    if held is None:
+        return state
+    if what == "pass":
+        return rules.release(state, who.id, held.id, now).state
+    return rules.speak(state, who, held.id, f"{who.name} speaks", now).state
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    moves=_MOVES,
+    knobs=_SETTINGS,
+    policies=_POLICIES,
+    start=st.sampled_from([T0, T0 + 0.123456789, 0.0]),
+    name=st.sampled_from(["Hana", 'ハナ "h"', ""]),
+)
+def test_the_one_pass_status_is_the_models_json(
+    moves: list[tuple[str, Author, float]],
+    knobs: dict[str, Any],
+    policies: dict[str, PersonaPolicy],
+    start: float,
+    name: str,
+) -> None:
+    state, now = channel(**knobs), start
+    state = replace(state, settings=replace(state.settings, personas=policies))
+    for move in moves:
+        now += move[2]
+        state = _moved(state, move, now)
+    for later in (now, now + 0.5, now + 7.25, now + 40):
+        for persona in _PEOPLE:
+            status = status_view(state, later, persona_id=persona.id, display_name=name)
+            event = wire.StatusEvent(channel_id="lounge", persona=persona.id, status=status)
+            one_pass = status_event_json(state, later, channel_id="lounge", persona_id=persona.id, display_name=name)
+            assert one_pass == event.model_dump_json(), (persona.id, later)
+            # The figures the status gathers in one go are the rules' own.
+            assert status.level == rules.level(state, later)
+            schedule = upcoming_refunds(rules.refund_schedule(state, later))
+            assert [(refund.at, refund.amount) for refund in status.refunds] == schedule
+            verdicts = rules.verdicts(state, persona.id, later)
+            assert {tier: view.reason for tier, view in status.tiers.items()} == {
+                tier: None if found is None else found.reason for tier, found in verdicts.items()
+            }
+            held = Counter(claim.tier for claim in state.claims if claim.held(later))
+            assert status.claims_held == dict(held)
