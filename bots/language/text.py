@@ -220,9 +220,16 @@ def repeats(text: str, earlier: Iterable[str]) -> bool:
     # look-up where the fuzzy one costs a comparison of characters.
     if normal in others:
         return True
-    if len(normal) < _FUZZY_MIN:
+    size = len(normal)
+    if size < _FUZZY_MIN:
         return False
-    return any(len(other) >= _FUZZY_MIN and _nearly_same(normal, other) for other in others)
+    for other in others:
+        length = len(other)
+        # Most lines are told apart by their lengths alone (_nearly_same's first bound), here without a cache miss:
+        # a line compared is often new (a person's message), each with the window's and its own recent lines.
+        if length >= _FUZZY_MIN and 2.0 * min(size, length) / (size + length) > _NEARLY and _nearly_same(normal, other):
+            return True
+    return False
 
 
 def nod_repeats(text: str, *, last_nod: str | None, answering: str | None) -> bool:
