@@ -51,6 +51,43 @@ class ChannelListener(Protocol):
         ...
 
 
+async def _within(answer: asyncio.Future[wire.StatusView | None], seconds: float) -> wire.StatusView | None:
+    """``answer``'s result, or None when it has not come in ``seconds``; ``answer`` itself is left to come (another
+    asker of the same status may wait for it too), also when the asker is cancelled. What ``asyncio.timeout`` around
+    ``asyncio.shield`` does, with one future and one timer where those take a timeout object, a timer and a future
+    with two callbacks: a look asks a status each time, some twenty times per message of a person."""
+    loop = asyncio.get_running_loop()
+    waiting: asyncio.Future[wire.StatusView | None] = loop.create_future()
+
+    def relay(done: asyncio.Future[wire.StatusView | None]) -> None:
+        if waiting.done():
+            return
+        if done.cancelled():
+            waiting.cancel()
+        elif (error := done.exception()) is not None:
+            waiting.set_exception(error)
+        else:
+            waiting.set_result(done.result())
+
+    answer.add_done_callback(relay)
+    timer = loop.call_later(seconds, _time_up, waiting)
+    try:
+        return await waiting
+    finally:
+        timer.cancel()
+        answer.remove_done_callback(relay)
+
+
+def _time_up(waiting: asyncio.Future[wire.StatusView | None]) -> None:
+    if not waiting.done():
+        waiting.set_result(None)
+
+
+def _no_answer(answer: asyncio.Future[tuple[int, str] | None], method: str, path: str, within: float) -> None:
+    if not answer.done():
+        answer.set_exception(ArbiterUnavailable(f"{method} {path} on the stream: no answer within {within:g}s"))
+
+
 class StreamFollower:
     """The stream of the personas whose clients are given: opened with the first one's token, acting for the
     others' too (``tokens``: theirs, in any order). ``skip``: kinds of events none of the listeners uses."""
@@ -127,11 +164,9 @@ class StreamFollower:
             answer = self._asked[key] = asyncio.get_running_loop().create_future()
             self._to_ask.add(key)
             self._changed.set()
-        try:
-            async with asyncio.timeout(within):
-                return await asyncio.shield(answer)
-        except TimeoutError:
-            return None
+        if answer.done():
+            return answer.result()
+        return await _within(answer, within)
 
     def carries(self, token: str, base: str) -> bool:
         """Whether a call of the persona whose token this is can go on the stream now: it is open, to ``base`` (the
@@ -150,16 +185,18 @@ class StreamFollower:
         if not self._open or self._closing:
             return None
         number = next(self._call_ids)
-        answer: asyncio.Future[tuple[int, str] | None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[tuple[int, str] | None] = loop.create_future()
         self._calls[number] = answer
         self._to_call.append(wire.StreamCall(id=number, persona=persona_id, method=method, path=path, body=body))
         self._changed.set()
+        # A timer that fails the answer, rather than asyncio.timeout's object and timer (a call per claim, speech and
+        # release: some 36 per person's message).
+        timer = loop.call_later(within, _no_answer, answer, method, path, within)
         try:
-            async with asyncio.timeout(within):
-                return await answer
-        except TimeoutError:
-            raise ArbiterUnavailable(f"{method} {path} on the stream: no answer within {within:g}s") from None
+            return await answer
         finally:
+            timer.cancel()
             self._calls.pop(number, None)
 
     async def close(self) -> None:

@@ -232,6 +232,7 @@ def _english_question(clause: str) -> bool:
     return bool(_EN_QUESTION_OPENING.match(clause)) and not _EN_EXCLAMATION.match(clause)
 
 
+@functools.lru_cache(maxsize=1024)  # asked of the same message at every look and decision
 def is_question(text: str) -> bool:
     """Whether ``text`` asks something: a question mark, a question's opening or ending, or a request to tell."""
     normal = _normal(text)
@@ -279,6 +280,7 @@ def message_kind(text: str) -> Kind:
     return Kind.STATEMENT
 
 
+@functools.lru_cache(maxsize=1024)  # asked of the same message at every look and decision
 def asks_for_explanation(text: str) -> bool:
     """Whether ``text`` asks for an explanation (why, how, explain, tell me about, なぜ, どうして, 教えて...):
     a question that deserves a longer answer than a nod or a line."""
@@ -288,6 +290,7 @@ def asks_for_explanation(text: str) -> bool:
     return bool(_EN_EXPLANATION.search(normal) or _JA_EXPLANATION.search(normal))
 
 
+@functools.lru_cache(maxsize=1024)  # asked of the same message at every look and decision
 def asks_yes_or_no(text: str) -> bool:
     """Whether ``text`` is a question that a yes or a no answers ("Do you like jazz?", "行ったことある?"), not one
     that asks what, which, why or how, to choose, for an idea or to be told something."""

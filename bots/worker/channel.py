@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, assert_never
+from typing import TYPE_CHECKING, assert_never, get_args
 
 from arbiter import contract as wire
 from bots.errors import BotError
@@ -55,6 +55,7 @@ from bots.worker.events import (
     TurnFailed,
     Wake,
 )
+from bots.worker.following import ignores
 from bots.worker.state import WorkerState
 from bots.worker.step import reading_pause, step
 
@@ -72,6 +73,8 @@ __all__ = ("ChannelWorker",)
 
 _log = logging.getLogger(__name__)
 
+# The instant actions' classes: a set's look-up, where isinstance of the Instant union tries each in turn.
+_INSTANT: frozenset[type] = frozenset(get_args(Instant))
 # How much history a worker reads on arrival: its window, and its own recent lines among them.
 _ARRIVAL_READ = 100
 
@@ -200,6 +203,8 @@ class ChannelWorker:
         _log.warning("persona=%s channel=%s: stream refused (%s); leaving", self.persona.id, self.channel_id, detail)
 
     def on_frame(self, frame: wire.ArbiterEvent) -> None:
+        if ignores(self.state, frame, self.seat):
+            return  # its step would change nothing and do nothing: none is made
         self.feed(Frame(frame))
 
     # --- stepping --------------------------------------------------------------------------------------------
@@ -209,21 +214,29 @@ class ChannelWorker:
         self.state, actions = step(self.state, event, self.runtime.clock(), self.seat)
         awaited: list[Awaited] = []
         for action in actions:
-            if isinstance(action, Instant):
-                self._instant(action)
+            # Told by class, not narrowed for the type checker: no call to typing.cast for each action.
+            if type(action) in _INSTANT:
+                self._instant(action)  # type: ignore[arg-type]
             else:
-                awaited.append(action)
+                awaited.append(action)  # type: ignore[arg-type]
         return awaited
 
     def _instant(self, action: Instant) -> None:
+        # The most frequent first: each case is an isinstance check (per person's message, some 30 counts, 25 log
+        # lines, 23 plans reported, 23 looks started, 17 scheduled).
         match action:
+            case Count(counter=counter):
+                stats = self.runtime.stats
+                setattr(stats, counter, getattr(stats, counter) + 1)
+            case Log(level=level, message=message, args=args):
+                if _log.isEnabledFor(level):
+                    _log.log(level, "persona=%s channel=%s: " + message, self.persona.id, self.channel_id, *args)
+            case ReportPlan(seq=seq, tier=tier, due=due, pause=pause):
+                if self.runtime.on_decision is not None:
+                    self.runtime.on_decision(LookPlanned(self.channel_id, seq, tier, due, pause))
             case StartLooking():
                 name = f"turns {self.persona.id}@{self.channel_id}"
                 self._task = asyncio.create_task(self._looks(), name=name)
-            case StopWriting():
-                if self._overtaken is None:
-                    self._overtaken = asyncio.Event()  # stopped before the call began: it will not begin
-                self._overtaken.set()
             case ScheduleLook(seconds=seconds):
                 self._cancel_timer()
                 self._timer = asyncio.get_running_loop().call_later(max(0.05, seconds), self._timer_fired)
@@ -234,17 +247,12 @@ class ChannelWorker:
                     self._arrival.set()
                     self._arrival = None
                 self.feed(CanPost(self.runtime.cannot_post(self.channel_id)))
-            case ReportPlan(seq=seq, tier=tier, due=due, pause=pause):
-                if self.runtime.on_decision is not None:
-                    self.runtime.on_decision(LookPlanned(self.channel_id, seq, tier, due, pause))
-            case Count(counter=counter):
-                stats = self.runtime.stats
-                setattr(stats, counter, getattr(stats, counter) + 1)
             case CountPost(tier=tier):
                 self.runtime.stats.posted[str(tier)] += 1
-            case Log(level=level, message=message, args=args):
-                if _log.isEnabledFor(level):
-                    _log.log(level, "persona=%s channel=%s: " + message, self.persona.id, self.channel_id, *args)
+            case StopWriting():
+                if self._overtaken is None:
+                    self._overtaken = asyncio.Event()  # stopped before the call began: it will not begin
+                self._overtaken.set()
             case _:
                 assert_never(action)
 

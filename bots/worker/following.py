@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from bots.worker.state import WorkerState
     from bots.worker.step import Seat
 
-__all__ = ("on_frame", "wake")
+__all__ = ("ignores", "on_frame", "wake")
 
 Stepped = tuple["WorkerState", list["Action"]]
 
@@ -57,6 +57,26 @@ def on_frame(state: WorkerState, frame: wire.ArbiterEvent, seat: Seat) -> Steppe
             state, looks = wake(state)
             actions += looks
     return state, actions
+
+
+def ignores(state: WorkerState, frame: wire.ArbiterEvent, seat: Seat) -> bool:
+    """Whether :func:`on_frame` would leave ``state`` as it is and ask for nothing, told without a step: a claim's
+    change that wakes nobody, another persona's notes. Most frames are such: every change of every claim in a
+    channel comes to each of its workers."""
+    if isinstance(frame, wire.ClaimEvent):
+        return not _woken_by(state, frame.claim, seat)
+    return isinstance(frame, wire.MemoryEvent) and frame.persona != seat.persona.id
+
+
+def _woken_by(state: WorkerState, claim: wire.ClaimView, seat: Seat) -> bool:
+    """Waiting for the pool, or for another's floor: a claim given back (a pass) refills the pool, and may give the
+    floor up, long before the retry planned, with no message to say so."""
+    return (
+        state.timer
+        and (state.intent is not None or state.floor_wait)
+        and claim.state in _GIVEN_BACK
+        and claim.persona != seat.persona.id
+    )
 
 
 def _on_event(state: WorkerState, event: wire.ArbiterEvent, seat: Seat) -> Stepped:
@@ -104,10 +124,7 @@ def _on_event(state: WorkerState, event: wire.ArbiterEvent, seat: Seat) -> Stepp
                 return wake(state)  # the floor it waits for may be open now (the asked persona cannot post here)
             return state, []
         case wire.ClaimEvent(claim=claim):
-            given_back = claim.state in _GIVEN_BACK and claim.persona != seat.persona.id
-            if given_back and (state.intent is not None or state.floor_wait) and state.timer:
-                # Waiting for the pool, or for another's floor: a claim given back (a pass) refills the pool, and may
-                # give the floor up, long before the retry planned, with no message to say so.
+            if _woken_by(state, claim, seat):
                 return wake(state)
             return state, []
         case wire.MemoryEvent():

@@ -133,7 +133,7 @@ def step(state: WorkerState, event: Event, now: float, seat: Seat) -> Stepped:
             if told:
                 state = state._replace(standing=cannot_post)
             if state.turn is not None and not state.turn.begun:
-                return _check(state, seat)  # the look began by telling it
+                return _check(state, state.turn, seat, woken=state.woken)  # the look began by telling it
             return state, []
         case StatusRead(status=status, read_at=read_at):
             return _plan(state, status, read_at, seat)
@@ -195,14 +195,13 @@ def _next_look(state: WorkerState, now: float, seat: Seat) -> Stepped:
     """The look before (if any) is over: what came of it, and the next look if something woke the worker."""
     actions: list[Action] = []
     turn = state.turn
-    if turn is not None:
-        state = state._replace(turn=None)
-        if turn.begun:
-            if not turn.failed:
-                state, actions = _after_turn(state, turn)
-            actions.append(Count("looks"))
+    if turn is not None and turn.begun:
+        if not turn.failed:
+            state, actions = _after_turn(state, turn)  # which reads nothing of the look, ended below
+        actions.append(Count("looks"))
+    # The look before ends with the one state made here (a step for each look, some 23 per person's message).
     if state.closed or not state.woken:
-        return state._replace(looking=False), actions
+        return state._replace(turn=None, looking=False), actions
     pause = seat.pause(seat.persona, seat.config, state.window, seat.rng)
     return state._replace(turn=Turn(due=now + pause, pause=pause)), [*actions, Pause(pause)]
 
@@ -220,11 +219,11 @@ def _after_turn(state: WorkerState, turn: Turn) -> Stepped:
 def _pause_over(state: WorkerState, cannot_post: str | None, backoff: float, seat: Seat) -> Stepped:
     turn = state.turn
     assert turn is not None, "a pause is always a look's"
-    state = state._replace(woken=False, turn=turn._replace(cannot_post=cannot_post, backoff=backoff))
+    turn = turn._replace(cannot_post=cannot_post, backoff=backoff)
     if cannot_post != state.standing:
         # The arbiter learns it before anyone asks this persona something here; and learns it can again.
-        return state, [TellStanding(cannot_post)]
-    return _check(state, seat)
+        return state._replace(woken=False, turn=turn), [TellStanding(cannot_post)]
+    return _check(state, turn, seat, woken=False)
 
 
 def _pending(state: WorkerState, persona_id: str) -> bool:
@@ -236,18 +235,18 @@ def _pending(state: WorkerState, persona_id: str) -> bool:
     return any(m.seq > state.answered and m.author_id != persona_id for m in state.window)
 
 
-def _check(state: WorkerState, seat: Seat) -> Stepped:
+def _check(state: WorkerState, turn: Turn, seat: Seat, *, woken: bool) -> Stepped:
     """Whether the look goes on to a turn: the persona can post, something waits for it, its provider is not
-    backing off."""
-    turn = state.turn
-    assert turn is not None
+    backing off. ``turn`` and ``woken`` are the look and the wake-up as they now are, which ``state`` takes with the
+    rest (one new state for the lot, as a look takes this step each time)."""
     if turn.cannot_post is not None:
-        return state._replace(answered=state.last_seq), []  # the platform said why (once): nothing to do till then
+        # The platform said why (once): nothing to do till then.
+        return state._replace(answered=state.last_seq, woken=woken, turn=turn), []
     if not _pending(state, seat.persona.id):
-        return state, []
+        return state._replace(woken=woken, turn=turn), []
     if turn.backoff > 0:
-        return _retry_in(state, turn.backoff)
-    begun = state._replace(timer=False, turn=turn._replace(begun=True))
+        return _retry_in(state._replace(woken=woken, turn=turn), turn.backoff)
+    begun = state._replace(timer=False, woken=woken, turn=turn._replace(begun=True))
     # This look supersedes any look scheduled before.
     return begun, [CancelLook(), AskStatus()] if state.timer else [AskStatus()]
 
@@ -277,31 +276,37 @@ def _plan(state: WorkerState, status: wire.StatusView, read_at: float, seat: Sea
         ),
     ]
     blocked = None if refused_outright(status) is None else state.answered if state.blocked is None else state.blocked
+    # What comes of the plan, in one new state (a look plans each time, some 23 per person's message): a claim, a
+    # retry, or nothing to do about the messages up to the newest; and after a silence, a second look.
+    settled = plan.tier is None and plan.retry_after is None
+    # A silence is a cue too: look once more after a pause, if nobody else spoke meanwhile.
+    look_again = settled and plan.quiet and not second_look
+    notes = not state.memory_read  # its notes come with its first granted claim here
     state = state._replace(
         must_answer=must_answer,
         intent=(thread, plan.wanted) if plan.wanted is not None else None,
         floor_wait=plan.floor,
-        second_look=None,
+        second_look=newest if look_again else None,
         blocked=blocked,
-        turn=turn._replace(status=status, read_at=read_at, window=window, claimed=plan.tier),
+        answered=newest if settled else state.answered,
+        turn=turn._replace(
+            status=status,
+            read_at=read_at,
+            window=window,
+            claimed=plan.tier,
+            asked_notes=turn.asked_notes if plan.tier is None else notes,
+        ),
     )
     if plan.tier is None:
         if plan.retry_after is not None:
             state, later = _retry_in(state, plan.retry_after + _reaction(seat))
             return state, actions + later
-        state = state._replace(answered=newest)
-        if plan.quiet and not second_look:
-            # A silence is a cue too: look once more after a pause, if nobody else spoke meanwhile.
-            state, later = _retry_in(
-                state._replace(second_look=newest), seat.config.base_delay_s * seat.rng.uniform(2.0, 4.0)
-            )
+        if look_again:
+            state, later = _retry_in(state, seat.config.base_delay_s * seat.rng.uniform(2.0, 4.0))
             actions += later
         return state, actions
-    notes = not state.memory_read  # its notes come with its first granted claim here
     own_lines = 0 if state.own_read else OWN_LINES
     request = wire.ClaimRequest(tier=plan.tier, based_on_seq=newest, notes=notes, own_lines=own_lines)
-    assert state.turn is not None
-    state = state._replace(turn=state.turn._replace(asked_notes=notes))
     return state, [*actions, Claim(request)]
 
 

@@ -14,6 +14,7 @@ a sentence and may come again, only not as its previous nod nor as the words of 
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections import deque
@@ -87,6 +88,7 @@ class Voice:
         self._recent: deque[frozenset[str]] = deque(maxlen=max(1, recent_window))
         self._recent_texts: deque[str] = deque(maxlen=max(1, recent_window))
         self.last_action: str | None = None
+        self._parsed_sets: dict[tuple[str, ...], tuple[tuple[str, tuple[str, ...], Line | None], ...]] = {}
 
     def choose(self, actions: Iterable[str], max_lengths: Mapping[str, int], said: Said, cue: Cue) -> Decision:
         """A move among ``actions`` and its line: the largest move most of the time (the caller claimed it),
@@ -164,16 +166,7 @@ class Voice:
         firsts = first_fresh(self._remark_pools(cue))
         if action == "long" and firsts:
             # A long remark is a line and a follow-up run together; the line alone will do when no pair fits.
-            follows = first_fresh(self._follow_pools(cue))
-            pairs: list[tuple[Line, ...]] = [
-                (a, b)
-                for a in firsts
-                for b in follows
-                if line_key(a.text) != line_key(b.text)
-                and (a.template is None or a.template != b.template)
-                and (limit is None or display_length(join((a.text, b.text))) <= limit)
-            ]
-            chosen = choose(pairs)
+            chosen = choose(_pairs(firsts, first_fresh(self._follow_pools(cue)), limit))
             if chosen is not None:
                 return chosen
         return choose([(line,) for line in firsts])
@@ -259,22 +252,34 @@ class Voice:
             return []  # an answer, a goodbye or a you're-welcome needs nothing after it
         return [self._filled(own.remarks, cue), self._filled(own.questions, cue), self._filled(generic.remarks, cue)]
 
-    def _filled(self, lines: Iterable[str], cue: Cue) -> list[Line]:
+    def _parsed(self, lines: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...], Line | None], ...]:
+        """Each line with the placeholders it has, and as a ``Line`` already when it has none: the same few sets are
+        filled at every decision, so each is read once (kept by the set's lines: its own and the generic ones)."""
+        parsed = self._parsed_sets.get(lines)
+        if parsed is None:
+            parsed = self._parsed_sets[lines] = tuple(_parse(line) for line in lines)
+        return parsed
+
+    def _filled(self, lines: tuple[str, ...], cue: Cue) -> list[Line]:
         """The lines with their placeholders filled from the cue; those whose placeholder is unknown left out."""
         values = {"name": cue.speaker, "word": cue.word, "n": cue.result}
         filled: list[Line] = []
-        for line in lines:
-            names = _PLACEHOLDER.findall(line)
-            if not names:
-                filled.append(Line(line))
+        for line, names, plain in self._parsed(lines):
+            if plain is not None:
+                filled.append(plain)
                 continue
-            if any(values.get(name) is None for name in names):
+            if any(values[name] is None for name in names):
                 continue
             text = _PLACEHOLDER.sub(lambda match: str(values[match.group(1)]), line)
             if line.startswith("{word}") and text[:1].isascii():
                 text = text[:1].upper() + text[1:]
             filled.append(Line(text, line))
         return filled
+
+
+def _parse(line: str) -> tuple[str, tuple[str, ...], Line | None]:
+    names = tuple(_PLACEHOLDER.findall(line))
+    return line, names, None if names else Line(line)
 
 
 def wide(char: str) -> bool:
@@ -289,6 +294,57 @@ def join(parts: tuple[str, ...]) -> str:
     return text
 
 
+class _Measured(NamedTuple):
+    """What pairing a line needs of it, worked out once per line rather than once per pair."""
+
+    line: Line
+    key: str
+    length: int  # display columns
+    wide_ends: tuple[bool, bool]  # its first and its last character are wide (no space between it and a neighbour)
+    plain_ends: tuple[bool, bool]  # its first and its last character are plain (see _plain)
+
+
+def _measured(line: Line) -> _Measured:
+    text = line.text
+    first, last = text[:1] or " ", text[-1:] or " "
+    return _Measured(
+        line, line_key(text), display_length(text), (wide(first), wide(last)), (_plain(first), _plain(last))
+    )
+
+
+def _plain(char: str) -> bool:
+    """A letter, digit, punctuation, symbol or space: a character whose columns do not depend on its neighbours
+    (not a joiner, a combining mark, a variation selector or a skin tone, which join the one before)."""
+    return unicodedata.category(char)[0] in "LNPSZ" and char != _EMOJI_PRESENTATION and ord(char) not in _SKIN_TONES
+
+
+_EMOJI_PRESENTATION = "\ufe0f"
+_SKIN_TONES = range(0x1F3FB, 0x1F400)
+
+
+def _pairs(firsts: list[Line], follows: list[Line], limit: int | None) -> list[tuple[Line, ...]]:
+    """Every line of ``firsts`` with every line of ``follows`` that may follow it within ``limit``, in order: not
+    the same words again, not the same template twice."""
+    heads = [_measured(line) for line in firsts]
+    tails = [_measured(line) for line in follows]
+    return [
+        (a.line, b.line)
+        for a in heads
+        for b in tails
+        if a.key != b.key
+        and (a.line.template is None or a.line.template != b.line.template)
+        and (limit is None or _joined_length(a, b) <= limit)
+    ]
+
+
+def _joined_length(a: _Measured, b: _Measured) -> int:
+    """``display_length(join((a, b)))``: the two lengths and the space between, where the characters that meet are
+    plain (a plain character's columns do not depend on the one before it); measured whole otherwise."""
+    if a.plain_ends[1] and b.plain_ends[0]:
+        return a.length + b.length + (0 if a.wide_ends[1] or b.wide_ends[0] else 1)
+    return display_length(join((a.line.text, b.line.text)))
+
+
 def _keys(line: Line) -> tuple[str, ...]:
     """What saying ``line`` uses up: the line, and the template it was built from (a key no text can have)."""
     key = line_key(line.text)
@@ -297,7 +353,14 @@ def _keys(line: Line) -> tuple[str, ...]:
 
 def _template_in(template: str, lines: Iterable[str]) -> bool:
     """Whether one of ``lines`` was built from ``template`` (by anyone): the same words around another word."""
-    pattern = re.compile(
+    pattern = _template_pattern(template)
+    return any(pattern.fullmatch(line) for line in lines)
+
+
+@functools.lru_cache(maxsize=1024)
+def _template_pattern(template: str) -> re.Pattern[str]:
+    """The lines ``template`` builds: compiled once per template, as the same few templates are checked at every
+    decision (``re``'s own cache is small and slower to ask)."""
+    return re.compile(
         _PLACEHOLDER.sub(".+?", re.escape(template).replace(r"\{", "{").replace(r"\}", "}")), re.IGNORECASE
     )
-    return any(pattern.fullmatch(line) for line in lines)

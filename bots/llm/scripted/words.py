@@ -4,6 +4,7 @@ simple arithmetic. Pure.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from fractions import Fraction
@@ -129,6 +130,7 @@ _OPERATORS: list[tuple[re.Pattern[str], str]] = [
 _EXPRESSION = re.compile(rf"{_NUMBER}(?:\s*[-+*/]\s*{_NUMBER}){{1,5}}")
 
 
+@functools.lru_cache(maxsize=1024)  # each persona's decision reads the same message
 def arithmetic(text: str) -> str | None:
     """The result of the simple arithmetic in ``text`` ("What's 17 times 3?", "17×3は?"), as it would be said:
     "51", "3.3333", "-4"; None when there is none (or it divides by zero)."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from arbiter.contract import AuthorKind, MessageView, StatusView, Tier
+from arbiter.contract import AuthorKind, MessageView, StatusView, Tier, display_length
 from bots.language.text import is_emoji, nod_repeats, repeats
 from bots.llm import (
     ChatProvider,
@@ -905,3 +905,34 @@ async def test_a_decision_alone_is_the_same_with_or_without_the_tool_code() -> N
     decided = [(await a.decide(request)).decision for _ in range(5)]
     called = [(await b.complete(forced)).tool_calls[0].arguments for _ in range(5)]
     assert [(d.action, d.text) for d in decided] == [(c["action"], c["text"]) for c in called]
+
+
+# Emoji sequences, marks and wide text at a line's ends: where the columns of two lines run together may not add up.
+_EDGES = (
+    "Sure.",
+    "なるほど。",
+    "了解",
+    "👍",
+    "👍🏽 nice",
+    "nice 👍🏽",
+    "❤️",
+    "ok ❤\ufe0f",
+    "\ufe0fodd start",
+    "👨\u200d👩\u200d👧",
+    "ends with a joiner \u200d",
+    "\u200dstarts with a joiner",
+    "e\u0301clair",
+    "\u0301mark first",
+    "café\u0301",
+    "🏽 a tone first",
+    "ＡＢＣ full width",
+    "",
+)
+
+
+def test_a_pair_is_measured_as_the_joined_line() -> None:
+    from bots.llm.scripted.choosing import Line, _joined_length, _measured, join
+
+    for first, second in itertools.product(_EDGES, repeat=2):
+        expected = display_length(join((first, second)))
+        assert _joined_length(_measured(Line(first)), _measured(Line(second))) == expected, (first, second)

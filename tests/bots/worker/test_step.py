@@ -19,6 +19,7 @@ from bots.runtime import RuntimeStats
 from bots.worker import actions as act
 from bots.worker import events as ev
 from bots.worker.config import RuntimeConfig
+from bots.worker.following import ignores, on_frame
 from bots.worker.overtaking import Overtaking
 from bots.worker.state import Turn, WorkerState
 from bots.worker.step import Seat, step
@@ -173,6 +174,41 @@ def test_a_claim_given_back_wakes_a_persona_waiting_for_the_pool() -> None:
     waiting = ARRIVED._replace(looking=False, intent=(1, Tier.REMARK), timer=True)
     assert kinds(run(waiting, given_back)[1]) == ["StartLooking"]
     assert run(waiting._replace(timer=False), given_back)[1] == []  # not waiting: nothing to do
+
+
+def test_a_frame_the_worker_skips_unstepped_is_one_its_step_would_change_nothing_for() -> None:
+    # A worker does not step the frames ``ignores`` names (most are claims' changes): stepped, each would leave its
+    # state as it is and ask for nothing.
+    notes = wire.MemoryView(channel_id=CHANNEL, persona=ME, seq=4, state=wire.DialogueState(), updated_at=NOW)
+    frames = [
+        wire.ClaimEvent(
+            channel_id=CHANNEL,
+            claim=wire.ClaimView(claim_id="x", persona=persona, tier=Tier.REMARK, cost=60, state=spend),
+        )
+        for persona in (ME, "ben")
+        for spend in SpendState
+    ]
+    frames += [wire.MemoryEvent(channel_id=CHANNEL, persona=persona, memory=notes) for persona in (ME, "ben")]
+    frames += [
+        wire.MessageEvent(channel_id=CHANNEL, message=said(9)),
+        wire.LevelEvent(channel_id=CHANNEL, level=50, capacity=100, at=NOW),
+    ]
+    states = [
+        WorkerState(),
+        ARRIVED,
+        ARRIVED._replace(intent=(1, Tier.REMARK)),
+        ARRIVED._replace(intent=(1, Tier.REMARK), timer=True),
+        ARRIVED._replace(floor_wait=True, timer=True),
+        ARRIVED._replace(floor_wait=True),
+    ]
+    skipped = 0
+    for state in states:
+        for frame in frames:
+            after, actions = on_frame(state, frame, SEAT)
+            unchanged = after == state and not actions
+            assert not ignores(state, frame, SEAT) or unchanged, (state, frame)
+            skipped += ignores(state, frame, SEAT)
+    assert skipped > len(states) * len(SpendState)  # it does skip: claims' changes that wake nobody
 
 
 def test_its_own_notes_are_taken_newer_only() -> None:
