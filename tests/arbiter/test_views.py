@@ -15,10 +15,9 @@ from arbiter import contract as wire
 from arbiter.core import rules
 from arbiter.core.models import PersonaPolicy, Tier, TierRule
 from arbiter.views import status_event_json, status_view, upcoming_refunds
-from tests.arbiter.core.builders import HANA, HUMAN, KAI, MIO, T0, channel, new_id
+from tests.arbiter.core.builders import HANA, KAI, MIO, T0, channel, moved
 
 if TYPE_CHECKING:
-    from arbiter.core.models import ChannelState
     from arbiter.core.rules import Author
 
 _PEOPLE = (HANA, KAI, MIO)
@@ -70,28 +69,6 @@ _POLICIES = st.dictionaries(
 )
 
 
-def _moved(state: ChannelState, move: tuple[str, Author, float], now: float) -> ChannelState:
-    """The state after one move, whatever the rules said to it (a refusal leaves it as it was)."""
-    what, who, _ = move
-    held = state.claim_of(who.id, now)
-    if what in ("hear", "ask"):
-        addressed = (who.id,) if what == "ask" else ()
-        return rules.observe(state, HUMAN, f"{what} {who.id}", now, addressed=addressed).state
-    if what == "usage":
-        return rules.record_usage(state, 7_000, now).state
-    if what in ("nod", "remark", "long"):
-        tier = {"nod": Tier.AIZUCHI, "remark": Tier.REMARK, "long": Tier.LONG}[what]
-        return rules.consume(state, who, f"{who.name} {what}", now, spend_id=new_id(), tier=tier).state
-    if what.startswith("claim"):
-        tier = Tier.AIZUCHI if what.endswith("nod") else Tier.LONG
-        return rules.claim(state, who.id, tier, now, claim_id=new_id("c")).state
-    if held is None:
-        return state
-    if what == "pass":
-        return rules.release(state, who.id, held.id, now).state
-    return rules.speak(state, who, held.id, f"{who.name} speaks", now).state
-
-
 @settings(max_examples=200, deadline=None)
 @given(
     moves=_MOVES,
@@ -111,7 +88,7 @@ def test_the_one_pass_status_is_the_models_json(
     state = replace(state, settings=replace(state.settings, personas=policies))
     for move in moves:
         now += move[2]
-        state = _moved(state, move, now)
+        state = moved(state, move, now, long_claims=True)
     for later in (now, now + 0.5, now + 7.25, now + 40):
         for persona in _PEOPLE:
             status = status_view(state, later, persona_id=persona.id, display_name=name)

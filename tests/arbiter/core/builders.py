@@ -117,3 +117,29 @@ def passed(state: ChannelState, persona_id: str, now: float, *, tier: Tier = Tie
     """A pass: a claim that must be granted, given back at once."""
     state, held = hold(state, persona_id, tier, now)
     return let_go(state, persona_id, held.id, now)
+
+
+def moved(
+    state: ChannelState, move: tuple[str, Author, float], now: float, *, long_claims: bool = False
+) -> ChannelState:
+    """The state after one generated move (``hear``, ``ask``, ``usage``, ``nod``/``remark``/``long``, ``claim``,
+    ``claim nod``, ``pass``, or anything else: the mover speaks on its claim), whatever the rules said to it (a
+    refusal leaves it as it was). ``long_claims``: a ``claim`` asks for a long remark rather than a remark."""
+    what, who, _ = move
+    held = state.claim_of(who.id, now)
+    if what in ("hear", "ask"):
+        addressed = (who.id,) if what == "ask" else ()
+        return rules.observe(state, HUMAN, f"{what} {who.id}", now, addressed=addressed).state
+    if what == "usage":
+        return rules.record_usage(state, 7_000, now).state
+    if what in ("nod", "remark", "long"):
+        tier = {"nod": Tier.AIZUCHI, "remark": Tier.REMARK, "long": Tier.LONG}[what]
+        return rules.consume(state, who, f"{who.name} {what}", now, spend_id=new_id(), tier=tier).state
+    if what.startswith("claim"):
+        tier = Tier.AIZUCHI if what.endswith("nod") else (Tier.LONG if long_claims else Tier.REMARK)
+        return rules.claim(state, who.id, tier, now, claim_id=new_id("c")).state
+    if held is None:
+        return state
+    if what == "pass":
+        return rules.release(state, who.id, held.id, now).state
+    return rules.speak(state, who, held.id, f"{who.name} speaks", now).state

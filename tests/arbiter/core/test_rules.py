@@ -26,6 +26,7 @@ from tests.arbiter.core.builders import (
     hear,
     hold,
     let_go,
+    moved,
     new_id,
     passed,
     refusal,
@@ -1744,26 +1745,6 @@ _SETTINGS = st.fixed_dictionaries(
 )
 
 
-def _moved(state: ChannelState, move: tuple[str, Author, float], now: float) -> ChannelState:
-    """The state after one move, whatever the rules said to it (a refusal leaves it as it was)."""
-    what, who, _ = move
-    held = state.claim_of(who.id, now)
-    if what in ("hear", "ask"):
-        addressed = (who.id,) if what == "ask" else ()
-        return rules.observe(state, HUMAN, f"{what} {who.id}", now, addressed=addressed).state
-    if what in ("nod", "remark", "long"):
-        tier = {"nod": Tier.AIZUCHI, "remark": Tier.REMARK, "long": Tier.LONG}[what]
-        return rules.consume(state, who, f"{who.name} {what}", now, spend_id=new_id(), tier=tier).state
-    if what.startswith("claim"):
-        tier = Tier.AIZUCHI if what.endswith("nod") else Tier.REMARK
-        return rules.claim(state, who.id, tier, now, claim_id=new_id("c")).state
-    if held is None:
-        return state
-    if what == "pass":
-        return rules.release(state, who.id, held.id, now).state
-    return rules.speak(state, who, held.id, f"{who.name} speaks", now).state
-
-
 @settings(max_examples=300, deadline=None)
 @given(moves=_MOVES, knobs=_SETTINGS, tokens=st.sampled_from([0, 5_000]), muted=st.sampled_from([None, *_PEOPLE]))
 def test_a_statuss_verdicts_are_check_turn_for_each_tier(
@@ -1774,7 +1755,7 @@ def test_a_statuss_verdicts_are_check_turn_for_each_tier(
         state = with_policy(state, muted.id, muted=True)
     for move in moves:
         now += move[2]
-        state = _moved(state, move, now)
+        state = moved(state, move, now)
     state = rules.record_usage(state, tokens, now).state if tokens else state
     for later in (now, now + 1.5, now + 7.0):
         for persona in _PEOPLE:
