@@ -84,15 +84,7 @@ def memory_view(memory: Memory, checked: wire.DialogueState | None = None) -> wi
 
 
 def claim_view(spend: Spend, now: float) -> wire.ClaimView:
-    held = spend.held(now)
-    return wire.ClaimView(
-        claim_id=spend.id,
-        persona=spend.persona_id,
-        tier=spend.tier,
-        cost=spend.cost,
-        state=spend.state,
-        expires_at=spend.refund_at if held else None,
-    )
+    return wire.ClaimView.model_validate(_claim_fields(spend, now))
 
 
 def settings_view(
@@ -245,7 +237,7 @@ def _status_fields(state: ChannelState, now: float, persona_id: str | None, disp
 
 
 def _claim_fields(spend: Spend, now: float) -> dict[str, Any]:
-    """``claim_view``'s fields as plain values."""
+    """A ``ClaimView``'s fields as plain values (a status's claim is written from them without a model)."""
     return {
         "claim_id": spend.id,
         "persona": spend.persona_id,
