@@ -9,12 +9,15 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 
+from bench.arbiter_load import NOISY_STEAL, Result, Tally, Usage, _print_scaling
 from bench.confine import plain_postgres_url
 from tests.support.arbiters import free_port
 from tests.support.process import run_to_end
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    import pytest
 
 SHORT = ["bench", "arbiter", "--database", "postgres", "--processes", "1", "--without-mcp"]
 SHORT += ["--clients", "2", "--channels", "4", "--seconds", "1.5"]
@@ -82,3 +85,29 @@ def test_a_database_url_of_another_kind_than_database_is_refused(tmp_path: Path)
     status, _out, err = run_to_end(tmp_path, *command)
     assert status == 2
     assert "--database postgres but --database-url is a sqlite URL" in err
+
+
+def _run(processes: int, cpu_seconds: float, steal: float | None) -> Result:
+    """A run of 1,000 requests that took ``cpu_seconds`` in all (the backends' share a fifth of it)."""
+    usage = Usage(cpu_seconds * 0.8, steal, database_seconds=cpu_seconds * 0.2)
+    tally = Tally(latencies=[0.01] * 1000, grants=300)
+    return Result("postgres", clients=16, channels=64, seconds=1.0, tally=tally, usage=usage, processes=processes)
+
+
+def test_the_scaling_line_warns_when_the_host_took_the_machine_meanwhile(capsys: pytest.CaptureFixture[str]) -> None:
+    _print_scaling([_run(1, 0.68, 0.01), _run(2, 0.85, 0.02)])
+    quiet = capsys.readouterr().out
+    assert "2 processes: 850 µs of CPU per request in all" in quiet
+    assert "1.25x one process's 680 µs" in quiet
+    assert "not comparable" not in quiet
+
+    _print_scaling([_run(1, 0.85, 0.26), _run(2, 1.43, 0.42)])
+    noisy = capsys.readouterr().out
+    assert "1.68x one process's 850 µs" in noisy
+    assert "not comparable: the host took 26% and 42% of the machine's time" in noisy
+
+    _print_scaling([_run(1, 0.68, NOISY_STEAL), _run(2, 0.85, None)])  # steal unknown where /proc is not
+    assert "not comparable: the host took 10% of the machine's time" in capsys.readouterr().out
+
+    _print_scaling([_run(2, 0.85, 0.5)])  # nothing to compare with
+    assert capsys.readouterr().out == ""
