@@ -15,7 +15,7 @@ from arbiter import contract as wire
 from arbiter.core import rules
 from arbiter.core.models import PersonaPolicy, Tier, TierRule
 from arbiter.views import status_event_json, status_view, upcoming_refunds
-from tests.arbiter.core.builders import HANA, KAI, MIO, T0, channel, moved
+from tests.arbiter.core.builders import HANA, KAI, MIO, RULE_KNOBS, T0, channel, moved
 
 if TYPE_CHECKING:
     from arbiter.core.rules import Author
@@ -44,13 +44,8 @@ _TIERS = st.fixed_dictionaries(
 )
 _SETTINGS = st.fixed_dictionaries(
     {
-        "capacity": st.sampled_from([60, 100, 250]),
-        "idle_cap": st.integers(1, 6),
-        "human_hold_s": st.sampled_from([0.0, 2.0]),
-        "priority_window_s": st.sampled_from([0.0, 10.0]),
-        "paused": st.sampled_from([False, False, False, True]),
+        **RULE_KNOBS,
         "enabled": st.sampled_from([True, True, False]),
-        "daily_token_budget": st.sampled_from([None, 1, 10_000]),
         "stale_tolerance": st.integers(0, 3),
         # Quotes, escapes, control characters and characters beyond ASCII: written as the model writes them.
         "topic": st.text(max_size=12),

@@ -10,6 +10,8 @@ import itertools
 from dataclasses import replace
 from typing import Any
 
+from hypothesis import strategies as st
+
 from arbiter.core import rules
 from arbiter.core.models import (
     AuthorKind,
@@ -26,6 +28,17 @@ from tests.support.clock import FakeClock
 
 # A fixed, ordinary moment (the fake clock's start): far from midnight UTC, so the daily budget never rolls over.
 T0 = FakeClock().value
+
+# The channel settings the turn-taking rules read, as Hypothesis strategies: the rules' property test draws these,
+# the status test these and the settings only a status shows.
+RULE_KNOBS = {
+    "capacity": st.sampled_from([60, 100, 250]),
+    "idle_cap": st.integers(1, 6),
+    "human_hold_s": st.sampled_from([0.0, 2.0]),
+    "priority_window_s": st.sampled_from([0.0, 10.0]),
+    "paused": st.sampled_from([False, False, False, True]),
+    "daily_token_budget": st.sampled_from([None, 1, 10_000]),
+}
 
 HANA = Author("hana", "Hana")
 KAI = Author("kai", "Kai")

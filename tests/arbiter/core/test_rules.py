@@ -21,6 +21,7 @@ from tests.arbiter.core.builders import (
     KAI,
     MIO,
     OTHER_BOT,
+    RULE_KNOBS,
     T0,
     channel,
     hear,
@@ -1733,16 +1734,7 @@ _MOVES = st.lists(
     ),
     max_size=14,
 )
-_SETTINGS = st.fixed_dictionaries(
-    {
-        "capacity": st.sampled_from([60, 100, 250]),
-        "idle_cap": st.integers(1, 6),
-        "human_hold_s": st.sampled_from([0.0, 2.0]),
-        "priority_window_s": st.sampled_from([0.0, 10.0]),
-        "paused": st.sampled_from([False, False, False, True]),
-        "daily_token_budget": st.sampled_from([None, 1, 10_000]),
-    }
-)
+_SETTINGS = st.fixed_dictionaries(RULE_KNOBS)
 
 
 @settings(max_examples=300, deadline=None)
